@@ -1,0 +1,202 @@
+/*
+ * arfusion — fused tensor-parallel collectives for LLM inference (C API).
+ *
+ * One call performs   all-reduce(input over ranks) -> + residual -> RMSNorm   in a single kernel
+ * over peer-mapped memory, with a rank-symmetric planner that picks the algorithm and grid from the
+ * shape and static facts only, so every rank launches the same kernel with the same grid.
+ *
+ * General contracts (apply to every function below unless it says otherwise):
+ *  - Return value: an arfStatus_t. On failure arfGetLastErrorString() (thread-local) says why.
+ *    A call that fails validation launches nothing and leaves the communicator usable.
+ *  - Thread safety: a communicator belongs to one rank; call it from one host thread at a time.
+ *    Different communicators (ranks) may be driven from different threads concurrently.
+ *  - Streams: operations are stream-ordered and asynchronous; outputs are valid once the work
+ *    enqueued on `stream` has completed. All ops of one communicator must be issued on one stream
+ *    at a time (two concurrent streams on one communicator can interleave the protocol's epochs).
+ *  - Collective: every rank of a communicator must issue the same sequence of operations with the
+ *    same pattern, algorithm, dtype, num_tokens and hidden. A rank that does not join stalls its
+ *    peers until the bounded wait expires (see arfCommGetAsyncError).
+ *  - CUDA graphs: operations may be captured and replayed. Nothing is registered per tensor: the
+ *    kernels copy inputs into the communicator's own workspace, and protocol state lives on device.
+ */
+#ifndef ARFUSION_ARFUSION_H_
+#define ARFUSION_ARFUSION_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ARF_VERSION_MAJOR 0
+#define ARF_VERSION_MINOR 1
+/* Bumped whenever a public struct changes layout; structs carry struct_size + version. */
+#define ARF_API_VERSION 1
+
+/* Largest world size the kernels are built for. */
+#define ARF_MAX_RANKS 8
+
+typedef enum arfStatus_t {
+  arfSuccess = 0,
+  arfInvalidArgument = 1, /* bad pointer, shape, dtype, alignment, aliasing or capacity */
+  arfUnsupported = 2,     /* valid request this build/communicator cannot run (e.g. forced algorithm not eligible) */
+  arfCudaError = 3,       /* a CUDA runtime/driver call failed */
+  arfNcclError = 4,       /* an NCCL call failed */
+  arfTimeout = 5,         /* a bounded wait expired (a peer did not arrive) */
+  arfInternal = 6,        /* a bug in arfusion */
+  arfCommFailed = 7       /* the communicator saw an earlier fatal error and refuses further work */
+} arfStatus_t;
+
+typedef enum arfDataType_t {
+  arfBFloat16 = 0,
+  arfFloat16 = 1,
+  arfFloat32 = 2 /* only as a gamma dtype */
+} arfDataType_t;
+
+typedef enum arfTransport_t {
+  arfTransportLocal = 0, /* all ranks in this process, one host thread per rank; devices may repeat */
+  arfTransportIpc = 1    /* one process per rank (not available in this version: arfUnsupported) */
+} arfTransport_t;
+
+typedef enum arfPattern_t {
+  arfPatternAllReduce = 0,       /* out = sum over ranks(input) */
+  arfPatternResidualRmsNorm = 1  /* residual_out = ar + residual_in; norm_out = RMSNorm(residual_out) * gamma */
+} arfPattern_t;
+
+/* One name per algorithm, spelled the same in code, CLI, logs and tests (arfAlgorithmName). */
+typedef enum arfAlgorithm_t {
+  arfAlgoAuto = 0,
+  arfAlgoOneshotLamport = 1, /* push into peers' Lamport buffers, poll local, no barrier */
+  arfAlgoOneshotPull = 2,    /* copy-in, start barrier, pull all peers, end barrier */
+  arfAlgoTwoshot = 3,        /* reduce-scatter + all-gather by push, two flag barriers */
+  arfAlgoUnfused = 4,        /* our all-reduce kernel, then a separate epilogue kernel */
+  arfAlgoNccl = 5            /* reserved: NCCL all-reduce + local epilogue (arfUnsupported in this version) */
+} arfAlgorithm_t;
+
+/* Opaque rendezvous key: ranks that pass the same id form one communicator. */
+typedef struct arfUniqueId {
+  char internal[64];
+} arfUniqueId;
+
+typedef struct arfCommConfig_t {
+  size_t struct_size;     /* = sizeof(arfCommConfig_t); set by arfCommConfigInit */
+  unsigned version;       /* = ARF_API_VERSION */
+  arfTransport_t transport;
+  int rank;               /* 0 .. world_size-1 */
+  int world_size;         /* 1, 2, 4 or 8 */
+  int device;             /* CUDA device ordinal of this rank */
+  arfUniqueId id;         /* from arfGetUniqueId, identical on every rank */
+  size_t max_tokens;      /* capacity: largest num_tokens of any call */
+  size_t max_hidden;      /* capacity: largest hidden of any call (multiple of 8, <= 16384) */
+  arfDataType_t dtype;    /* activation dtype of every call: arfBFloat16 or arfFloat16 */
+  size_t oneshot_max_tokens; /* tokens the Lamport buffers hold (3 x world x this x max_hidden);
+                                0 = max_tokens. Larger calls use other algorithms. */
+  double timeout_seconds; /* bound of every device spin-wait; 0 = default (10 s) */
+  double init_timeout_seconds; /* bound of the host rendezvous in arfCommInitRank; 0 = 60 s */
+} arfCommConfig_t;
+
+typedef struct arfComm* arfComm_t;
+
+/* Fills defaults: struct_size/version set, local transport, rank 0 of 1, device 0, bf16,
+ * max_tokens 1024, max_hidden 8192, default timeouts. */
+void arfCommConfigInit(arfCommConfig_t* config);
+
+/* A fresh random rendezvous id (unique per call with overwhelming probability). */
+arfStatus_t arfGetUniqueId(arfUniqueId* id);
+
+/* Creates this rank's communicator. Collective over the world: for the local transport every rank's
+ * thread calls this with the same id and blocks (bounded by init_timeout_seconds) until all have
+ * joined; workspaces are then allocated on each rank's device and exchanged, and peer access is
+ * enabled between distinct devices. When several ranks share one device, launch grids are capped so
+ * that all ranks' blocks co-reside (spinning kernels would otherwise deadlock).
+ * Not graph-capturable. Sets the calling thread's current device to config->device. */
+arfStatus_t arfCommInitRank(arfComm_t* comm, const arfCommConfig_t* config);
+
+/* Convenience for the local transport: creates all `world_size` ranks from one thread (like
+ * ncclCommInitAll). devices[r] is rank r's device; config supplies capacity and timeouts (its rank,
+ * world_size, device, transport and id are ignored). comms must hold world_size entries. */
+arfStatus_t arfCommInitAll(arfComm_t* comms, int world_size, const int* devices,
+                           const arfCommConfig_t* config);
+
+/* Collective: every rank calls it (from its own thread for the local transport, or all from one
+ * thread in any order). Waits for this rank's outstanding work, then releases its resources once all
+ * ranks have called it. comm may be NULL (no-op). */
+arfStatus_t arfCommDestroy(arfComm_t comm);
+
+arfStatus_t arfCommGetRank(arfComm_t comm, int* rank);
+arfStatus_t arfCommGetWorldSize(arfComm_t comm, int* world_size);
+
+/* Reads the device-side error record without synchronizing. arfSuccess while healthy; arfTimeout once
+ * a bounded wait expired (the message names rank, peer, phase and call index); the communicator is
+ * then failed and every later operation returns arfCommFailed. */
+arfStatus_t arfCommGetAsyncError(arfComm_t comm);
+
+typedef struct arfFusedArgs_t {
+  size_t struct_size;        /* = sizeof(arfFusedArgs_t); set by arfFusedArgsInit */
+  unsigned version;          /* = ARF_API_VERSION */
+  arfPattern_t pattern;
+  arfAlgorithm_t algorithm;  /* arfAlgoAuto or a forced algorithm */
+  arfDataType_t dtype;       /* must equal the communicator's dtype */
+  size_t num_tokens;         /* rows, 1 .. max_tokens (0 is a no-op) */
+  size_t hidden;             /* columns, multiple of 8, 8 .. max_hidden */
+
+  const void* input;         /* [num_tokens, hidden], this rank's partial sums */
+  void* allreduce_out;       /* pattern allreduce: [num_tokens, hidden]; may equal input */
+
+  const void* residual_in;   /* residual_rmsnorm: [num_tokens, hidden] */
+  void* residual_out;        /* [num_tokens, hidden] = round(round(ar) + residual_in); may equal residual_in */
+  void* norm_out;            /* [num_tokens, hidden]; may equal input */
+  const void* gamma;         /* [hidden], dtype gamma_dtype */
+  arfDataType_t gamma_dtype; /* activation dtype (default) or arfFloat32 */
+  int gamma_plus_one;        /* 1: scale by (1 + gamma) (Gemma style); 0: by gamma */
+  float eps;                 /* RMSNorm epsilon (default 1e-6) */
+} arfFusedArgs_t;
+
+/* Fills defaults: struct_size/version, pattern residual_rmsnorm, algorithm auto, bf16, eps 1e-6,
+ * gamma dtype = activation dtype, all pointers NULL. */
+void arfFusedArgsInit(arfFusedArgs_t* args);
+
+typedef struct arfPlan_t {
+  arfAlgorithm_t algorithm;       /* what runs (never auto) */
+  arfAlgorithm_t inner_allreduce; /* for unfused: the all-reduce kernel's algorithm; else = algorithm */
+  int num_kernels;                /* kernels launched by the call */
+  int grid;                       /* CTAs of the (all-reduce) kernel, identical on every rank */
+  int block;                      /* threads per CTA */
+  int forced;                     /* 1 when the caller forced the algorithm */
+  char reason[128];               /* why this choice, e.g. "auto: 16 KiB/rank <= oneshot limit" */
+} arfPlan_t;
+
+/* Pure and rank-symmetric: the plan the same call would run. Depends only on the args' shape,
+ * pattern, dtype and forced algorithm, and on facts fixed at init (world size, capacity, the
+ * smallest device among ranks). Validates like the call itself; no launch, no synchronization,
+ * graph-capture safe. */
+arfStatus_t arfPlan(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan);
+
+/* Stream-ordered fused all-reduce (+ residual + RMSNorm). Pointers are device pointers on the
+ * communicator's device, 16-byte aligned, contiguous row-major. Aliasing: allreduce_out may equal
+ * input; residual_out may equal residual_in; norm_out may equal input. Any other overlap is an
+ * error. Graph-capture safe. Outputs on all ranks are bitwise identical; residual_out is bitwise
+ * equal to the unfused path. */
+arfStatus_t arfFusedAllReduce(arfComm_t comm, const arfFusedArgs_t* args, cudaStream_t stream);
+
+/* out = sum over ranks of in, count elements (multiple of 8, <= max_tokens * max_hidden) of dtype.
+ * out may equal in. Same contracts as arfFusedAllReduce (algorithm auto). */
+arfStatus_t arfAllReduce(arfComm_t comm, const void* in, void* out, size_t count,
+                         arfDataType_t dtype, cudaStream_t stream);
+
+const char* arfGetStatusString(arfStatus_t status);
+/* Detail of the last failure on the calling thread ("" if none). */
+const char* arfGetLastErrorString(void);
+const char* arfAlgorithmName(arfAlgorithm_t algorithm);
+/* Parses an algorithm name ("auto", "oneshot_lamport", ...); arfInvalidArgument if unknown. */
+arfStatus_t arfAlgorithmFromName(const char* name, arfAlgorithm_t* algorithm);
+const char* arfPatternName(arfPattern_t pattern);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ARFUSION_ARFUSION_H_ */

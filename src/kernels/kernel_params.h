@@ -1,0 +1,102 @@
+// The contract between host and kernels: the named per-rank workspace layout (ControlBlock, the
+// peer-visible regions), the error record a bounded wait fills in, and the POD KernelParams every
+// kernel receives by value. Included by host C++ (no CUDA-only constructs) and by device code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace arf {
+
+inline constexpr int kMaxRanks = 8;
+// Flag slots per rank and the hard ceiling on any grid: one epoch counter and kMaxRanks incoming
+// flag words per CTA index.
+inline constexpr int kMaxCtas = 512;
+// Threads per CTA never exceed this; kernels are built with __launch_bounds__(kMaxBlockThreads,
+// kMinCtasPerSm), which is what lets the planner compute co-residency without asking the runtime.
+inline constexpr int kMaxBlockThreads = 512;
+inline constexpr int kMinCtasPerSm = 2;
+// Each thread owns up to this many 16-byte vectors of a row: 512 threads x 4 x 8 = 16384 columns.
+inline constexpr int kMaxVecsPerThread = 4;
+inline constexpr int kElemsPerVec = 8;  // 16 bytes of bf16/fp16
+inline constexpr int kMaxHidden = kMaxBlockThreads * kMaxVecsPerThread * kElemsPerVec;
+inline constexpr int kLamportBuffers = 3;  // why three: protocol.cuh
+
+enum class DType : int { kBf16 = 0, kFp16 = 1, kFp32 = 2 };
+enum class Algorithm : int {
+  kAuto = 0,
+  kOneshotLamport = 1,
+  kOneshotPull = 2,
+  kTwoshot = 3,
+  kUnfused = 4,
+  kNccl = 5,
+};
+enum class Pattern : int { kAllReduce = 0, kResidualRmsNorm = 1 };
+
+// Phases named in timeout reports (ErrorRecord::phase).
+enum class Phase : int {
+  kNone = 0,
+  kLamportPoll = 1,
+  kPullStartBarrier = 2,
+  kPullEndBarrier = 3,
+  kTwoshotScatterBarrier = 4,
+  kTwoshotGatherBarrier = 5,
+};
+
+// Local to one rank, in its device workspace; peers never touch it.
+struct ControlBlock {
+  uint32_t lamport_epoch;     // Lamport calls completed; this call's buffer is epoch % 3
+  uint32_t lamport_arrivals;  // CTAs finished with the current Lamport call (last one advances epoch)
+  uint64_t lamport_clear_elems[kLamportBuffers];  // per-slot elements written into buffer i at its last use
+  uint32_t cta_epoch[kMaxCtas];  // per-CTA barrier epoch, monotonic (see PeerBarrier in protocol.cuh)
+};
+
+// Host-mapped (pinned) so the host can read it while a kernel is still spinning. The first error wins
+// (code is claimed with a compare-and-swap); the other fields are written after the claim.
+struct ErrorRecord {
+  int32_t code;   // 0 = none, else an arfStatus_t (arfTimeout)
+  int32_t rank;
+  int32_t peer;
+  int32_t phase;  // Phase
+  int32_t cta;
+  uint32_t epoch;  // the CTA's barrier epoch or the Lamport epoch at the time
+};
+
+// Peer-visible regions of every rank, indexed by rank (own rank included).
+struct PeerBuffers {
+  void* lamport[kMaxRanks];   // [3][world][lamport_slot_elems], initialised to -0.0
+  void* pull[kMaxRanks];      // oneshot_pull copy-in buffer [capacity elems]
+  void* scatter[kMaxRanks];   // twoshot reduce-scatter inbox [world][scatter_slot_elems]
+  void* gather[kMaxRanks];    // twoshot all-gather inbox [capacity elems]
+  uint32_t* flags[kMaxRanks];  // [kMaxCtas][kMaxRanks]: flags[cta * kMaxRanks + src_rank]
+};
+
+// Everything a kernel needs, passed by value (well under the 4 KiB parameter limit).
+struct KernelParams {
+  int rank;
+  int world;
+  int64_t num_elems;  // elements of this call per rank (rows * row_elems, last row may be partial)
+  int row_elems;      // columns per row (hidden), multiple of 8
+  int num_rows;       // ceil(num_elems / row_elems)
+
+  const void* input;
+  void* allreduce_out;
+  const void* residual_in;
+  void* residual_out;
+  void* norm_out;
+  const void* gamma;
+  int gamma_fp32;      // 1: gamma is fp32, else activation dtype
+  float gamma_offset;  // 0, or 1 for (1 + gamma)
+  float eps;
+
+  PeerBuffers peers;
+  int64_t lamport_slot_elems;  // stride between rank slots inside one Lamport buffer
+  int64_t scatter_slot_elems;  // stride between source slots inside a scatter inbox
+  ControlBlock* ctrl;          // this rank's control block (device memory)
+  ErrorRecord* error;          // this rank's error record (host-mapped, device pointer)
+  uint64_t timeout_ns;         // bound of every spin-wait
+};
+
+inline constexpr size_t dtype_bytes(DType t) { return t == DType::kFp32 ? 4 : 2; }
+
+}  // namespace arf

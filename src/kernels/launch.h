@@ -1,0 +1,27 @@
+// Host-side entry to the kernels: the single place where runtime values (dtype, world size,
+// algorithm, pattern) become template arguments. Implemented in launch.cu.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/status.h"
+#include "kernels/kernel_params.h"
+#include "policy/plan.h"
+
+namespace arf {
+
+// Threads per CTA for a row of row_elems columns: one 16-byte vector per thread up to
+// kMaxBlockThreads, then up to kMaxVecsPerThread vectors each. A pure function of the shape, shared
+// by the planner and the launcher so that fused and unfused kernels reduce a row identically.
+int block_threads_for_row(int row_elems);
+
+// Enqueues the plan on `stream`. Preconditions: params validated by the host (validate.h), plan from
+// the policy for the same shape. Unfused: the all-reduce kernel writes the sum into norm_out (pattern
+// residual_rmsnorm) and the epilogue kernel then reads it back. Graph-capture safe.
+Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams& params,
+              cudaStream_t stream);
+
+// Fills `count` elements at `ptr` with -0.0 of dtype (Lamport sentinel) on the current device.
+Status fill_negative_zero(void* ptr, int64_t count, DType dtype, cudaStream_t stream);
+
+}  // namespace arf

@@ -1,0 +1,43 @@
+// The plan of one call: which algorithm runs, with which grid, decided by policy.cc from the shape
+// and StaticFacts only, so every rank computes the same plan (design rule 1).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/kernel_params.h"
+
+namespace arf {
+
+// Facts fixed at communicator creation and identical on every rank (agreed during the rendezvous).
+struct StaticFacts {
+  int world = 1;
+  DType dtype = DType::kBf16;
+  int64_t max_tokens = 0;
+  int64_t max_hidden = 0;
+  int64_t oneshot_max_tokens = 0;  // Lamport capacity in tokens of max_hidden
+  int min_sm_count = 0;            // smallest multiprocessor count among the ranks' devices
+  int max_ranks_per_device = 1;    // >1 when ranks share a GPU (virtual ranks)
+};
+
+// The shape of one call, as the planner sees it.
+struct CallShape {
+  Pattern pattern = Pattern::kResidualRmsNorm;
+  Algorithm requested = Algorithm::kAuto;
+  DType dtype = DType::kBf16;
+  int64_t num_elems = 0;  // per rank
+  int row_elems = 0;      // hidden (allreduce of a flat count: the chosen row width)
+  int64_t num_rows = 0;
+};
+
+struct Plan {
+  Algorithm algorithm = Algorithm::kOneshotLamport;  // never kAuto
+  Algorithm inner_allreduce = Algorithm::kOneshotLamport;  // unfused: the all-reduce kernel's algorithm
+  int num_kernels = 1;
+  int grid = 1;    // CTAs, identical on every rank
+  int block = 32;  // threads per CTA
+  bool forced = false;
+  std::string reason;
+};
+
+}  // namespace arf

@@ -1,0 +1,64 @@
+// CPU reference of every pattern, shared by tests, `arfusion-bench --check` and the stress tool.
+// It follows the numerics contract of design.md exactly where the contract is exact (fp32 sum over
+// ranks in order 0..N-1, dtype rounding of the sum and of residual_out) and computes RMSNorm in
+// double precision, so norm_out is compared with a stated tolerance (compare_norm below).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel_params.h"
+
+namespace arf::ref {
+
+// IEEE conversions, round-to-nearest-even, NaN stays NaN (quiet), no flush of subnormals.
+float bf16_to_float(uint16_t bits);
+uint16_t float_to_bf16(float value);
+float fp16_to_float(uint16_t bits);
+uint16_t float_to_fp16(float value);
+float to_float(uint16_t bits, DType dtype);
+uint16_t from_float(float value, DType dtype);
+// -0.0 -> +0.0 (what the Lamport push does to every pushed element).
+uint16_t canonicalize_negative_zero(uint16_t bits);
+
+struct FusedInputs {
+  DType dtype = DType::kBf16;
+  int64_t num_tokens = 0;
+  int64_t hidden = 0;
+  std::vector<const uint16_t*> rank_inputs;  // world pointers, each [num_tokens * hidden]
+  const uint16_t* residual_in = nullptr;     // [num_tokens * hidden] (residual_rmsnorm only)
+  const void* gamma = nullptr;               // [hidden] of gamma_dtype (residual_rmsnorm only)
+  DType gamma_dtype = DType::kBf16;
+  float gamma_offset = 0.0f;
+  float eps = 1e-6f;
+};
+
+struct FusedOutputs {
+  std::vector<uint16_t> allreduce;     // round(fp32 sum in rank order), -0.0 canonicalised
+  std::vector<uint16_t> residual_out;  // exact contract
+  std::vector<uint16_t> norm_out;      // round(double norm) — the best the dtype can hold
+  std::vector<double> norm_exact;      // unrounded double norm, for tolerance checks
+};
+
+// Computes all outputs of residual_rmsnorm (allreduce always; residual/norm when residual_in set).
+FusedOutputs reference_fused(const FusedInputs& in);
+
+// norm_out tolerance: |got - exact| <= 1 ulp of the dtype at |exact| + 1e-6 absolute. Why not bitwise:
+// the kernel uses fp32 rsqrt and a fixed-shape fp32 sum of squares; the reference uses double, so the
+// two can round to neighbouring values. The fused and unfused kernels are bitwise equal to each other.
+bool norm_within_tolerance(uint16_t got, double exact, DType dtype);
+
+// First mismatch report ("" when all equal): bitwise comparison of two arrays.
+std::string first_bitwise_mismatch(const uint16_t* got, const uint16_t* want, int64_t count,
+                                   int64_t row_elems, const char* what);
+// First norm element out of tolerance ("" when all pass).
+std::string first_norm_mismatch(const uint16_t* got, const std::vector<double>& exact,
+                                int64_t row_elems, DType dtype);
+
+// Deterministic, distinct random data: values drawn from `seed` (mix rank and call index into it),
+// roughly N(0, scale), never all zero; about 1/64 of elements are +-0.0 or negative subnormals to
+// exercise the Lamport sentinel path.
+void fill_random(uint16_t* data, int64_t count, DType dtype, uint64_t seed, float scale = 1.0f);
+
+}  // namespace arf::ref
