@@ -45,9 +45,12 @@ enum class Phase : int {
 
 // Local to one rank, in its device workspace; peers never touch it.
 struct ControlBlock {
-  uint32_t lamport_epoch;     // Lamport calls completed; this call's buffer is epoch % 3
-  uint32_t lamport_arrivals;  // CTAs finished with the current Lamport call (last one advances epoch)
+  uint32_t lamport_buffer;    // buffer (0..2) the next Lamport call reads; rotated, never a raw count
+                              // (a count % 3 would repeat a buffer when a 32-bit counter wraps)
+  uint32_t lamport_arrivals;  // CTAs finished with the current Lamport call (the last one rotates)
+  uint64_t lamport_calls;     // Lamport calls completed (diagnostics only)
   uint64_t lamport_clear_elems[kLamportBuffers];  // per-slot elements written into buffer i at its last use
+  uint32_t abort;             // set by the first expired wait: every later wait gives up at once
   uint32_t cta_epoch[kMaxCtas];  // per-CTA barrier epoch, monotonic (see PeerBarrier in protocol.cuh)
 };
 

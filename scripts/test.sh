@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The test command: set up + build, then run every test. Without a GPU the GPU suite reports
+# "SKIPPED: no CUDA device visible" and ctest lists it as skipped (never as passed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+ctest --test-dir build --output-on-failure "$@"

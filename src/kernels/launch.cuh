@@ -1,0 +1,80 @@
+// The single runtime -> compile-time dispatch (world size, pattern, algorithm) for one dtype T.
+// Included only by the instantiate_*.cu files, one per (dtype, algorithm), so builds parallelise.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <type_traits>
+#include <utility>
+
+#include "core/cuda_check.h"
+#include "kernels/launch.h"
+#include "kernels/oneshot_lamport.cuh"
+#include "kernels/oneshot_pull.cuh"
+#include "kernels/twoshot.cuh"
+
+namespace arf {
+
+// World sizes the kernels are built for; any other size never reaches here (policy feasibility).
+template <typename F>
+Status with_world_size(int world, F&& f) {
+  switch (world) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+    default: return unsupported("world size " + std::to_string(world) + " has no kernels (1, 2, 4, 8)");
+  }
+}
+
+template <typename T, typename F>
+Status with_epilogue(Pattern pattern, F&& f) {
+  switch (pattern) {
+    case Pattern::kAllReduce: return f(std::type_identity<AllReduceEpilogue<T>>{});
+    case Pattern::kResidualRmsNorm: return f(std::type_identity<ResidualRmsNormEpilogue<T>>{});
+  }
+  return internal_error("unknown pattern");
+}
+
+template <typename T, int kWorld, typename Epilogue, Algorithm kAlgorithm>
+constexpr auto kernel_for() {
+  static_assert(RowEpilogue<Epilogue>);
+  if constexpr (kAlgorithm == Algorithm::kOneshotLamport) return &oneshot_lamport_kernel<T, kWorld, Epilogue>;
+  else if constexpr (kAlgorithm == Algorithm::kOneshotPull) return &oneshot_pull_kernel<T, kWorld, Epilogue>;
+  else return &twoshot_kernel<T, kWorld, Epilogue>;
+}
+
+inline Status check_launch(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::ok();
+  return Status(arfCudaError, std::string("launch of ") + what + " failed: " + cudaGetErrorString(err));
+}
+
+// One all-reduce kernel of algorithm kAlgorithm (lamport, pull or twoshot) with `pattern`'s epilogue.
+template <typename T, Algorithm kAlgorithm>
+Status launch_algorithm(int grid, int block, Pattern pattern, const KernelParams& params,
+                        cudaStream_t stream) {
+  return with_world_size(params.world, [&]<int kWorld>(std::integral_constant<int, kWorld>) {
+    return with_epilogue<T>(pattern, [&]<typename E>(std::type_identity<E>) {
+      kernel_for<T, kWorld, E, kAlgorithm>()<<<grid, block, 0, stream>>>(params);
+      return check_launch("all-reduce kernel");
+    });
+  });
+}
+
+// The unfused path's epilogue kernel over params.input (already all-reduced).
+template <typename T>
+Status launch_local_epilogue(int grid, int block, Pattern pattern, const KernelParams& params,
+                             cudaStream_t stream) {
+  return with_epilogue<T>(pattern, [&]<typename E>(std::type_identity<E>) {
+    local_epilogue_kernel<T, E><<<grid, block, 0, stream>>>(params);
+    return check_launch("epilogue kernel");
+  });
+}
+
+}  // namespace arf
+
+// Explicit instantiation of one (dtype, algorithm) pair; used once per instantiate_*.cu file.
+#define ARF_INSTANTIATE_ALGORITHM(T, ALGO)                                                     \
+  template arf::Status arf::launch_algorithm<T, ALGO>(int, int, arf::Pattern,                  \
+                                                      const arf::KernelParams&, cudaStream_t);

@@ -1,0 +1,118 @@
+// oneshot_lamport: every rank pushes its input rows into slot[rank] of every peer's current Lamport
+// buffer, then polls its OWN buffer until no -0.0 sentinel remains, reduces in rank order 0..N-1 and
+// runs the epilogue. No barrier: the protocol (three rotating buffers, lazy clear) is in protocol.cuh.
+// At world 1 this is the plain epilogue kernel (no push, no poll, no protocol state).
+#pragma once
+
+#include "kernels/protocol.cuh"
+#include "kernels/row_epilogue.cuh"
+
+namespace arf {
+
+// Clears (to -0.0) what the previous Lamport call wrote into the buffer now two calls from reuse.
+// Spread over every thread of the grid; our own slot is never written (own data stays local).
+template <int kWorld>
+__device__ __forceinline__ void lamport_clear_previous(const KernelParams& p,
+                                                       const protocol::LamportState& s) {
+  const int64_t vecs_per_slot = s.clear_elems / kElemsPerVec;
+  const int64_t total = vecs_per_slot * (kWorld - 1);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    int slot = static_cast<int>(i / vecs_per_slot);
+    slot += (slot >= p.rank);  // skip our own slot
+    const int64_t vec = i - (i / vecs_per_slot) * vecs_per_slot;
+    const int64_t offset =
+        protocol::lamport_slot_offset(s.clear_buffer, slot, kWorld, p.lamport_slot_elems);
+    st_v4(elem_ptr(p.peers.lamport[p.rank], offset + vec * kElemsPerVec), neg_zero_vec());
+  }
+}
+
+template <typename T, int kWorld>
+__device__ __forceinline__ void lamport_push_rows(const KernelParams& p, const protocol::LamportState& s) {
+  const int64_t slot_offset = protocol::lamport_slot_offset(s.buffer, p.rank, kWorld, p.lamport_slot_elems);
+  for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
+    const RowSlice rs = row_slice(p, row);
+#pragma unroll
+    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+      if (!rs.owns(k)) continue;
+      const uint4 x = canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
+#pragma unroll
+      for (int peer = 0; peer < kWorld; ++peer) {
+        if (peer != p.rank) st_v4(elem_ptr(p.peers.lamport[peer], slot_offset + rs.elem(k)), x);
+      }
+    }
+  }
+}
+
+// Polls our slots of vector k of a row until every peer's value has landed, then sums in rank order.
+template <typename T, int kWorld>
+__device__ __forceinline__ uint4 lamport_reduce_vec(const KernelParams& p, const protocol::LamportState& s,
+                                                    int64_t elem) {
+  uint4 vals[kWorld];
+#pragma unroll
+  for (int src = 0; src < kWorld; ++src) {
+    vals[src] = (src == p.rank) ? canonicalize(ld_v4(elem_ptr(p.input, elem)))
+                                : protocol::ld_volatile_v4(elem_ptr(
+                                      p.peers.lamport[p.rank],
+                                      protocol::lamport_slot_offset(s.buffer, src, kWorld, p.lamport_slot_elems) + elem));
+  }
+#pragma unroll
+  for (int src = 0; src < kWorld; ++src) {
+    if (src == p.rank || !has_neg_zero(vals[src])) continue;
+    const char* slot = elem_ptr(p.peers.lamport[p.rank],
+                                protocol::lamport_slot_offset(s.buffer, src, kWorld, p.lamport_slot_elems) + elem);
+    protocol::spin_until(
+        [&] {
+          vals[src] = protocol::ld_volatile_v4(slot);
+          return !has_neg_zero(vals[src]);
+        },
+        p, src, Phase::kLamportPoll, s.buffer);
+  }
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+  for (int src = 0; src < kWorld; ++src) add_to<T>(acc, vals[src]);
+  return round_sum<T>(acc);
+}
+
+// Thread map: CTA b owns rows b, b + G, ...; thread t owns vectors t + k*B of each row (RowSlice).
+template <typename T, int kWorld, typename Epilogue>
+__global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lamport_kernel(const KernelParams p) {
+  protocol::LamportState s{};
+  if constexpr (kWorld > 1) {
+    s = protocol::load_lamport_state(p);
+    lamport_push_rows<T, kWorld>(p, s);  // first, so peers can start reducing
+    lamport_clear_previous<kWorld>(p, s);
+  }
+  for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
+    const RowSlice rs = row_slice(p, row);
+    uint4 ar[kMaxVecsPerThread];
+#pragma unroll
+    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+      if (!rs.owns(k)) continue;
+      if constexpr (kWorld > 1) {
+        ar[k] = lamport_reduce_vec<T, kWorld>(p, s, rs.elem(k));
+      } else {
+        ar[k] = canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
+      }
+    }
+    Epilogue::apply(p, rs, ar);
+  }
+  if constexpr (kWorld > 1) protocol::lamport_arrive(p, s);
+}
+
+// The unfused path's second kernel: the epilogue over an already all-reduced `input` (no protocol,
+// any grid). Same RowSlice and block size as the fused kernels -> bitwise the same rows.
+template <typename T, typename Epilogue>
+__global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) local_epilogue_kernel(const KernelParams p) {
+  for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
+    const RowSlice rs = row_slice(p, row);
+    uint4 ar[kMaxVecsPerThread];
+#pragma unroll
+    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+      if (rs.owns(k)) ar[k] = canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
+    }
+    Epilogue::apply(p, rs, ar);
+  }
+}
+
+}  // namespace arf

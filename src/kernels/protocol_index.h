@@ -1,0 +1,50 @@
+// The protocol's index and epoch arithmetic, __host__ __device__ so tests/cpu can drive it with host
+// threads (tests/cpu/test_protocol_index.cc). The reasons behind each rule are in protocol.cuh and
+// docs/protocol.md; this file only computes.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernel_params.h"
+
+#if defined(__CUDACC__)
+#define ARF_HD __host__ __device__
+#else
+#define ARF_HD
+#endif
+
+namespace arf::protocol {
+
+// Lamport rotation. Call k reads buffer b(k); b(k+1) = (b(k)+1) % 3. At call k a rank clears the
+// buffer it read at call k-1, i.e. (b+2) % 3, and a peer at most one call ahead writes (b+1) % 3.
+ARF_HD constexpr uint32_t lamport_next_buffer(uint32_t buffer) { return (buffer + 1) % kLamportBuffers; }
+ARF_HD constexpr uint32_t lamport_clear_buffer(uint32_t buffer) {
+  return (buffer + kLamportBuffers - 1) % kLamportBuffers;
+}
+
+// Element offset of slot `src_rank` inside Lamport buffer `buffer`, 64-bit throughout.
+ARF_HD constexpr int64_t lamport_slot_offset(uint32_t buffer, int src_rank, int world,
+                                             int64_t slot_elems) {
+  return (static_cast<int64_t>(buffer) * world + src_rank) * slot_elems;
+}
+
+// Barrier epochs are monotonic 32-bit counters compared modulo 2^32: "seen >= want" holds across the
+// wrap as long as no peer is 2^31 barriers ahead (a peer is at most one barrier ahead).
+ARF_HD constexpr bool epoch_reached(uint32_t seen, uint32_t want) {
+  return static_cast<int32_t>(seen - want) >= 0;
+}
+
+// Incoming flag word of CTA `cta` written by `src_rank`.
+ARF_HD constexpr int flag_index(int cta, int src_rank) { return cta * kMaxRanks + src_rank; }
+
+// Two-shot: a row of row_vecs 16-byte vectors is split into `world` contiguous parts; part p
+// (owned and reduced by rank p) is vectors [p * part, min((p + 1) * part, row_vecs)).
+ARF_HD constexpr int twoshot_part_vecs(int row_vecs, int world) { return (row_vecs + world - 1) / world; }
+ARF_HD constexpr int twoshot_owner(int vec, int part_vecs) { return vec / part_vecs; }
+
+// Element offset, inside one source slot of the owner's scatter inbox, of (row, vector j of the part).
+ARF_HD constexpr int64_t twoshot_scatter_offset(int64_t row, int j, int part_vecs) {
+  return (row * part_vecs + j) * kElemsPerVec;
+}
+
+}  // namespace arf::protocol

@@ -1,0 +1,127 @@
+// What happens to a row once its all-reduced value is known: the epilogue types (AllReduceEpilogue,
+// ResidualRmsNormEpilogue) and the row slice each thread owns. Every algorithm and the standalone
+// epilogue kernel go through the same code with the same block shape, which is why the fused and
+// unfused paths are bitwise equal (design.md, numerics contract).
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+
+#include "kernels/kernel_params.h"
+#include "kernels/vec.cuh"
+
+namespace arf {
+
+// Thread t of a CTA of B threads owns vectors t, t + B, t + 2B, ... (< kMaxVecsPerThread of them) of
+// the row: coalesced 16-byte accesses, and the same element->thread map in every phase of a kernel,
+// so data a thread writes in one phase is read back by the same thread in the next.
+struct RowSlice {
+  int64_t first_elem;  // row * row_elems
+  int row_len;         // elements in this row (the last row of a flat all-reduce may be short)
+  int row_vecs;
+
+  __device__ bool owns(int k) const { return vec(k) < row_vecs; }
+  __device__ int vec(int k) const { return static_cast<int>(threadIdx.x) + k * static_cast<int>(blockDim.x); }
+  __device__ int64_t elem(int k) const { return first_elem + static_cast<int64_t>(vec(k)) * kElemsPerVec; }
+};
+
+__device__ __forceinline__ RowSlice row_slice(const KernelParams& p, int64_t row) {
+  RowSlice s;
+  s.first_elem = row * p.row_elems;
+  const int64_t left = p.num_elems - s.first_elem;
+  s.row_len = static_cast<int>(left < p.row_elems ? left : p.row_elems);
+  s.row_vecs = s.row_len / kElemsPerVec;
+  return s;
+}
+
+// Sum over the CTA in a fixed order (xor butterfly in each warp, then warps 0..n-1), so the value is
+// the same on every rank and every path that uses the same block size.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float warp_sums[kMaxBlockThreads / 32];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  __syncthreads();  // the previous row's readers are done with warp_sums
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float total = 0.0f;
+  const int num_warps = static_cast<int>(blockDim.x) >> 5;
+  for (int w = 0; w < num_warps; ++w) total += warp_sums[w];
+  return total;
+}
+
+// Round the fp32 sums of one vector to the dtype: the standalone all-reduce's result. -0.0 is
+// canonicalised (an fp16 underflow can produce it) so every pushed or returned value is sentinel-free.
+template <typename T>
+__device__ __forceinline__ uint4 round_sum(const float (&acc)[8]) {
+  return canonicalize(pack<T>(acc));
+}
+
+template <typename E>
+concept RowEpilogue = requires(const KernelParams& p, const RowSlice& s,
+                               const uint4 (&ar)[kMaxVecsPerThread]) {
+  { E::apply(p, s, ar) } -> std::same_as<void>;
+};
+
+// out = ar.
+template <typename T>
+struct AllReduceEpilogue {
+  __device__ static void apply(const KernelParams& p, const RowSlice& s,
+                               const uint4 (&ar)[kMaxVecsPerThread]) {
+#pragma unroll
+    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+      if (s.owns(k)) st_v4(elem_ptr(p.allreduce_out, s.elem(k)), ar[k]);
+    }
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ void load_gamma(const KernelParams& p, int vec, float (&g)[8]) {
+  if (p.gamma_fp32) {
+    const float4* g4 = reinterpret_cast<const float4*>(p.gamma) + 2 * vec;
+    const float4 a = g4[0], b = g4[1];
+    g[0] = a.x; g[1] = a.y; g[2] = a.z; g[3] = a.w; g[4] = b.x; g[5] = b.y; g[6] = b.z; g[7] = b.w;
+  } else {
+    unpack<T>(ld_v4(elem_ptr(p.gamma, static_cast<int64_t>(vec) * kElemsPerVec)), g);
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) g[i] += p.gamma_offset;
+}
+
+// residual_out = round(ar + residual_in); norm_out = round(residual_out * rsqrt(mean_sq + eps) * g).
+template <typename T>
+struct ResidualRmsNormEpilogue {
+  __device__ static void apply(const KernelParams& p, const RowSlice& s,
+                               const uint4 (&ar)[kMaxVecsPerThread]) {
+    uint4 res[kMaxVecsPerThread];
+    float sum_sq = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+      if (!s.owns(k)) continue;
+      float a[8], r[8];
+      unpack<T>(ar[k], a);
+      unpack<T>(ld_v4(elem_ptr(p.residual_in, s.elem(k))), r);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) a[i] = __fadd_rn(a[i], r[i]);
+      res[k] = pack<T>(a);
+      st_v4(elem_ptr(p.residual_out, s.elem(k)), res[k]);
+      float y[8];
+      unpack<T>(res[k], y);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum_sq = __fmaf_rn(y[i], y[i], sum_sq);
+    }
+    const float total = block_sum(sum_sq);
+    const float scale = rsqrtf(__fdiv_rn(total, static_cast<float>(s.row_len)) + p.eps);
+#pragma unroll
+    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+      if (!s.owns(k)) continue;
+      float y[8], g[8];
+      unpack<T>(res[k], y);
+      load_gamma<T>(p, s.vec(k), g);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], scale), g[i]);
+      st_v4(elem_ptr(p.norm_out, s.elem(k)), pack<T>(y));
+    }
+  }
+};
+
+}  // namespace arf
