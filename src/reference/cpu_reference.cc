@@ -1,0 +1,283 @@
+// CPU reference of the numerics contract (design.md): fixed-order fp32 sum over ranks, dtype
+// rounding of the sum and of residual_out, RMSNorm in double. Conversions use integer bit
+// manipulation rather than _Float16/__bf16, so their rounding depends on neither the compiler nor
+// libgcc. The sums assume the default FP environment (round-to-nearest, no FTZ/DAZ).
+#include "reference/cpu_reference.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+// The contract's sum is strictly fp32: no x87 excess precision and no contraction into FMA. x86-64
+// SSE evaluates float in float (FLT_EVAL_METHOD 0); refuse to build where that is not so rather
+// than sprinkle volatile. Contraction only matters for the double-precision norm (a*b+c), but the
+// reference should not change with -march either.
+#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
+#error "cpu_reference.cc needs FLT_EVAL_METHOD == 0 (e.g. x86-64 SSE, AArch64)"
+#endif
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace arf::ref {
+namespace {
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// double -> float rounding to odd: truncate, then set the last bit if anything was lost. A value
+// rounded to odd with >= 2 more bits than the target rounds to nearest-even exactly as the original
+// would, so norm_out = round(norm_exact) has no double-rounding error.
+float double_to_float_round_odd(double d) {
+  if (std::isnan(d) || std::isinf(d)) return static_cast<float>(d);
+  float f = static_cast<float>(d);
+  if (static_cast<double>(f) == d) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
+  return bits_float(float_bits(f) | 1u);
+}
+
+uint64_t splitmix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+float gamma_at(const FusedInputs& in, int64_t col) {
+  if (in.gamma_dtype == DType::kFp32) return static_cast<const float*>(in.gamma)[col];
+  return to_float(static_cast<const uint16_t*>(in.gamma)[col], in.gamma_dtype);
+}
+
+// One row's residual_out is already rounded; the norm reads it back as float, as the kernel does.
+void reference_norm_row(const FusedInputs& in, const uint16_t* residual_row, uint16_t* norm_row,
+                        double* exact_row) {
+  double sum_sq = 0.0;
+  for (int64_t c = 0; c < in.hidden; ++c) {
+    const double x = to_float(residual_row[c], in.dtype);
+    sum_sq += x * x;
+  }
+  const double mean_sq = sum_sq / static_cast<double>(in.hidden);
+  const double inv_rms = 1.0 / std::sqrt(mean_sq + static_cast<double>(in.eps));
+  for (int64_t c = 0; c < in.hidden; ++c) {
+    const double g = static_cast<double>(gamma_at(in, c)) + static_cast<double>(in.gamma_offset);
+    const double exact = static_cast<double>(to_float(residual_row[c], in.dtype)) * inv_rms * g;
+    exact_row[c] = exact;
+    norm_row[c] = from_float(double_to_float_round_odd(exact), in.dtype);
+  }
+}
+
+std::string describe_bits(uint16_t bits) {
+  // The comparison functions do not know the dtype, so show both readings.
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "0x%04x (bf16 %.9g / fp16 %.9g)", bits, bf16_to_float(bits),
+                fp16_to_float(bits));
+  return buf;
+}
+
+}  // namespace
+
+float bf16_to_float(uint16_t bits) {
+  uint32_t u = static_cast<uint32_t>(bits) << 16;
+  if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0) u |= 0x00400000u;  // quiet
+  return bits_float(u);
+}
+
+uint16_t float_to_bf16(float value) {
+  const uint32_t u = float_bits(value);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
+    // Truncation could clear every payload bit and turn NaN into Inf: force the quiet bit.
+    return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  }
+  // Nearest-even: add just under half an ulp, plus one when the kept lsb is odd. Carries into the
+  // exponent are correct (the largest finite values round to Inf).
+  const uint32_t rounded = u + 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(rounded >> 16);
+}
+
+float fp16_to_float(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exp = (bits >> 10) & 0x1Fu;
+  const uint32_t mant = bits & 0x3FFu;
+  if (exp == 0x1F) {
+    if (mant == 0) return bits_float(sign | 0x7F800000u);
+    return bits_float(sign | 0x7FC00000u | (mant << 13));
+  }
+  if (exp == 0) {
+    // Zero or subnormal: mant * 2^-24, exact in float (which has 8 more exponent bits).
+    const float magnitude = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+uint16_t float_to_fp16(float value) {
+  const uint32_t u = float_bits(value);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
+  // 65520 = 65504 + half an ulp; the tie goes to the even neighbour, which is Inf.
+  if (a >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);
+  if (a >= 0x38800000u) {  // >= 2^-14: normal in fp16
+    const uint32_t rebiased = a - (112u << 23);
+    const uint32_t rounded = rebiased + 0xFFFu + ((rebiased >> 13) & 1u);
+    return static_cast<uint16_t>(sign | (rounded >> 13));
+  }
+  // Subnormal in fp16: result = round(value / 2^-24). Float subnormals (exp 0) are far below
+  // 2^-25 and round to zero.
+  const uint32_t exp = a >> 23;
+  if (exp == 0) return sign;
+  const uint32_t mant = (a & 0x7FFFFFu) | 0x800000u;  // value = mant * 2^(exp - 150)
+  const uint32_t shift = 126u - exp;                  // value / 2^-24 = mant >> shift
+  if (shift > 24) return sign;
+  uint32_t q = mant >> shift;
+  const uint32_t rem = mant & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (q & 1u))) ++q;  // q may become 0x400: the smallest normal
+  return static_cast<uint16_t>(sign | q);
+}
+
+float to_float(uint16_t bits, DType dtype) {
+  return dtype == DType::kFp16 ? fp16_to_float(bits) : bf16_to_float(bits);
+}
+
+uint16_t from_float(float value, DType dtype) {
+  return dtype == DType::kFp16 ? float_to_fp16(value) : float_to_bf16(value);
+}
+
+uint16_t canonicalize_negative_zero(uint16_t bits) {
+  return bits == 0x8000u ? static_cast<uint16_t>(0) : bits;
+}
+
+FusedOutputs reference_fused(const FusedInputs& in) {
+  FusedOutputs out;
+  const int64_t count = in.num_tokens * in.hidden;
+  out.allreduce.resize(count);
+  for (int64_t i = 0; i < count; ++i) {
+    float sum = 0.0f;  // 0 + x == x exactly, so starting from +0 does not perturb the order
+    for (const uint16_t* rank_input : in.rank_inputs) {
+      sum += to_float(canonicalize_negative_zero(rank_input[i]), in.dtype);
+    }
+    out.allreduce[i] = canonicalize_negative_zero(from_float(sum, in.dtype));
+  }
+  if (in.residual_in == nullptr) return out;
+
+  out.residual_out.resize(count);
+  for (int64_t i = 0; i < count; ++i) {
+    const float sum = to_float(out.allreduce[i], in.dtype) + to_float(in.residual_in[i], in.dtype);
+    out.residual_out[i] = from_float(sum, in.dtype);
+  }
+  if (in.gamma == nullptr) return out;
+
+  out.norm_out.resize(count);
+  out.norm_exact.resize(count);
+  for (int64_t row = 0; row < in.num_tokens; ++row) {
+    const int64_t base = row * in.hidden;
+    reference_norm_row(in, &out.residual_out[base], &out.norm_out[base], &out.norm_exact[base]);
+  }
+  return out;
+}
+
+bool norm_within_tolerance(uint16_t got_bits, double exact, DType dtype) {
+  const double got = to_float(got_bits, dtype);
+  if (std::isnan(exact) || std::isnan(got)) return std::isnan(exact) && std::isnan(got);
+  if (std::isinf(exact) || std::isinf(got)) return got == exact;
+  // ulp of the dtype at |exact|: 2^(floor(log2|exact|) - mantissa bits), never below the
+  // subnormal spacing.
+  const int mantissa_bits = dtype == DType::kFp16 ? 10 : 7;
+  const int min_exp = dtype == DType::kFp16 ? -24 : -133;
+  int exp2 = 0;
+  std::frexp(exact, &exp2);  // |exact| in [2^(exp2-1), 2^exp2)
+  const int ulp_exp = exact == 0.0 ? min_exp : std::max(exp2 - 1 - mantissa_bits, min_exp);
+  return std::fabs(got - exact) <= std::ldexp(1.0, ulp_exp) + 1e-6;
+}
+
+std::string first_bitwise_mismatch(const uint16_t* got, const uint16_t* want, int64_t count,
+                                   int64_t row_elems, const char* what) {
+  int64_t first = -1;
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (got[i] != want[i]) {
+      if (first < 0) first = i;
+      ++mismatches;
+    }
+  }
+  if (first < 0) return "";
+  char head[160];
+  std::snprintf(head, sizeof(head), "%s: %" PRId64 " of %" PRId64 " differ; first at row %" PRId64
+                " col %" PRId64 ": got ", what, mismatches, count, first / row_elems,
+                first % row_elems);
+  return head + describe_bits(got[first]) + " want " + describe_bits(want[first]);
+}
+
+std::string first_norm_mismatch(const uint16_t* got, const std::vector<double>& exact,
+                                int64_t row_elems, DType dtype) {
+  const int64_t count = static_cast<int64_t>(exact.size());
+  int64_t first = -1;
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (!norm_within_tolerance(got[i], exact[i], dtype)) {
+      if (first < 0) first = i;
+      ++mismatches;
+    }
+  }
+  if (first < 0) return "";
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "norm_out: %" PRId64 " of %" PRId64 " outside tolerance; first at row %" PRId64
+                " col %" PRId64 ": got 0x%04x (%.9g) want %.9g (rounded 0x%04x)",
+                mismatches, count, first / row_elems, first % row_elems, got[first],
+                to_float(got[first], dtype), exact[first],
+                from_float(double_to_float_round_odd(exact[first]), dtype));
+  return buf;
+}
+
+void fill_random(uint16_t* data, int64_t count, DType dtype, uint64_t seed, float scale) {
+  uint64_t state = seed;
+  splitmix64(&state);  // decorrelate nearby seeds before the first value
+  // Forcing the 8th element of an all-special aligned group of 8 to a normal value keeps every row
+  // of a legal hidden (a multiple of 8, rows start at multiples of 8) away from all-zero.
+  int specials_in_group = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    if (i % 8 == 0) specials_in_group = 0;
+    const uint64_t r = splitmix64(&state);
+    const bool last_of_group = i % 8 == 7;
+    if ((r >> 58) == 0 && !(last_of_group && specials_in_group == 7)) {  // 1 in 64
+      ++specials_in_group;
+      switch ((r >> 56) & 3u) {
+        case 0: data[i] = 0x0000; break;                                     // +0.0
+        case 1: data[i] = 0x8000; break;                                     // -0.0: the sentinel
+        case 2: data[i] = 0x8001; break;                                     // smallest negative
+        default: data[i] = static_cast<uint16_t>(0x8000u | (1u + r % 0x7Fu));  // subnormal (both)
+      }
+      continue;
+    }
+    // Irwin-Hall with four 14-bit uniforms: mean 2, variance 1/3, so (s - 2) * sqrt(3) is roughly
+    // N(0, 1) with tails cut at +-3.46. Integer-derived, hence identical on every host (no libm).
+    double s = 0.0;
+    for (int k = 0; k < 4; ++k) {
+      s += (static_cast<double>((r >> (14 * k)) & 0x3FFFu) + 0.5) / 16384.0;
+    }
+    const double v = (s - 2.0) * 1.7320508075688772 * static_cast<double>(scale);
+    uint16_t bits = from_float(static_cast<float>(v), dtype);
+    // A draw that rounds to zero (tiny or zero scale) becomes the smallest subnormal of its sign,
+    // so only the special draws above are ever zero.
+    if ((bits & 0x7FFFu) == 0) bits = static_cast<uint16_t>((v < 0 ? 0x8000u : 0u) | 1u);
+    data[i] = bits;
+  }
+}
+
+}  // namespace arf::ref
