@@ -1,0 +1,59 @@
+// Command line of arfusion-bench: nccl-tests vocabulary (-b -e -f -n -w -c -G -d -J) plus the
+// fused-op axes (--op, -a, --hidden, --tokens, --devices). Parsing is pure host code, so it runs and
+// can be tested on a machine without a GPU; device defaults are resolved later (devices.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arfusion/arfusion.h"
+
+namespace arf::bench {
+
+enum class Op { kAllReduce, kFused, kEpilogue };
+
+const char* op_name(Op op);
+
+struct BenchArgs {
+  Op op = Op::kFused;
+  // All-reduce sweep (--op allreduce): bytes per rank from min to max, times step each row.
+  int64_t min_bytes = 1 << 10;
+  int64_t max_bytes = 64 << 20;
+  int64_t step_factor = 2;
+  // Token sweep (--op fused / epilogue).
+  std::vector<int64_t> tokens;  // resolved: --tokens, else powers of two tmin..tmax
+  int64_t hidden = 8192;
+  arfDataType_t dtype = arfBFloat16;
+  std::vector<arfAlgorithm_t> algos;  // resolved from -a
+  int iters = 20;
+  int warmup_iters = 5;
+  int check = 1;        // 1: verify every (size, algorithm) before timing it
+  int graph_replays = 1;  // 0: eager launches; N: capture `iters` calls, replay the graph N times
+  std::string json_path;  // empty: no JSON
+  // Ranks: explicit device list, or a rank count; neither = all visible GPUs (8 virtual if one).
+  std::vector<int> devices;
+  int num_ranks = 0;
+  int64_t max_tokens = 0;  // communicator capacity; 0 = what the sweep needs
+  bool dry_run = false;    // print the resolved sweep and exit before touching CUDA
+  std::string command_line;
+};
+
+// Parses argv. On --help or a parse error returns nullopt and sets *exit_code (0 for --help, the
+// CLI11 code otherwise) after printing the message, as CLI11's app.exit() does.
+std::optional<BenchArgs> parse_args(int argc, char** argv, int* exit_code);
+
+// The rows the sweep visits: element counts per rank for --op allreduce (multiples of 8), token
+// counts otherwise.
+std::vector<int64_t> allreduce_counts(const BenchArgs& args);
+
+// Row width used to express a flat all-reduce of `count` elements as tokens x row_elems for
+// arfFusedAllReduce (which takes a shape, and a forced algorithm, unlike arfAllReduce): the largest
+// multiple-of-8 divisor of count that is <= hidden.
+int64_t allreduce_row_elems(int64_t count, int64_t hidden);
+
+size_t dtype_size(arfDataType_t dtype);
+const char* dtype_name(arfDataType_t dtype);
+
+}  // namespace arf::bench

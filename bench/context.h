@@ -1,0 +1,49 @@
+// Everything a measurement needs per rank: communicator, stream, buffers, and the rank threads.
+// Owned by the runner; the timing and check helpers borrow it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "buffers.h"
+#include "devices.h"
+#include "rank_pool.h"
+
+namespace arf::bench {
+
+struct BenchContext {
+  const BenchArgs* args = nullptr;
+  RankLayout layout;
+  RankPool* pool = nullptr;
+  std::vector<arfComm_t> comms;        // comms[rank]
+  std::vector<cudaStream_t> streams;   // streams[rank], non-blocking
+  std::vector<RankBuffers> buffers;    // buffers[rank]
+
+  int world() const { return static_cast<int>(comms.size()); }
+};
+
+// One collective call as every rank issues it; the rank's buffers supply the pointers.
+struct CallSpec {
+  arfPattern_t pattern = arfPatternResidualRmsNorm;
+  arfAlgorithm_t algorithm = arfAlgoAuto;
+  int64_t tokens = 0;
+  int64_t row_elems = 0;
+
+  int64_t elems() const { return tokens * row_elems; }
+};
+
+// The arguments of `spec` for this rank, reading input set `set` (rotation, see buffers.h).
+arfFusedArgs_t make_fused_args(const CallSpec& spec, const RankBuffers& buffers, int set);
+
+// Enqueues call number `call` of `spec` on this rank's stream, reading input set call % sets.
+// Returns "" or the library's error. Graph-capture safe (the library's contract).
+std::string enqueue_call(const BenchContext& ctx, const CallSpec& spec, int rank, int call);
+
+// After the rank's stream has drained: the communicator's device-side error (a bounded wait that
+// expired), or "".
+std::string comm_health(const BenchContext& ctx, int rank);
+
+}  // namespace arf::bench

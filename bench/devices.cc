@@ -1,0 +1,70 @@
+// Rank -> device resolution. Lives apart from the runner so the "no GPU" path fails here, first,
+// with one clear message, before any communicator or thread exists.
+#include "devices.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <map>
+
+namespace arf::bench {
+namespace {
+
+constexpr int kVirtualRanksOnOneGpu = 8;
+
+std::vector<int> default_devices(const BenchArgs& args, int visible) {
+  if (args.op == Op::kEpilogue) return {0};
+  int ranks = args.num_ranks;
+  if (ranks == 0) ranks = visible > 1 ? std::min(visible, ARF_MAX_RANKS) : kVirtualRanksOnOneGpu;
+  std::vector<int> devices(ranks);
+  // More ranks than GPUs: round-robin, so ranks beyond the GPU count become virtual ranks.
+  for (int r = 0; r < ranks; ++r) devices[r] = r % visible;
+  return devices;
+}
+
+std::string query_device(int ordinal, DeviceInfo* info) {
+  cudaDeviceProp prop{};
+  cudaError_t err = cudaGetDeviceProperties(&prop, ordinal);
+  if (err != cudaSuccess) {
+    return "cudaGetDeviceProperties(" + std::to_string(ordinal) + "): " + cudaGetErrorString(err);
+  }
+  info->ordinal = ordinal;
+  info->name = prop.name;
+  info->sm_count = prop.multiProcessorCount;
+  info->l2_bytes = prop.l2CacheSize;
+  return "";
+}
+
+}  // namespace
+
+std::string resolve_layout(const BenchArgs& args, RankLayout* layout) {
+  int visible = 0;
+  cudaError_t err = cudaGetDeviceCount(&visible);
+  if (err != cudaSuccess || visible == 0) {
+    return std::string("no usable CUDA device (cudaGetDeviceCount: ") +
+           (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") +
+           "); arfusion-bench needs an NVIDIA GPU";
+  }
+  layout->devices = args.devices.empty() ? default_devices(args, visible) : args.devices;
+  const int world = static_cast<int>(layout->devices.size());
+  if (world > ARF_MAX_RANKS) return "at most " + std::to_string(ARF_MAX_RANKS) + " ranks";
+  if (args.op == Op::kEpilogue && world != 1) {
+    return "--op epilogue measures the world-1 epilogue; give one device (--devices 0)";
+  }
+  std::map<int, int> ranks_on;
+  layout->info.resize(world);
+  for (int r = 0; r < world; ++r) {
+    const int dev = layout->devices[r];
+    if (dev < 0 || dev >= visible) {
+      return "device " + std::to_string(dev) + " out of range (" + std::to_string(visible) +
+             " visible)";
+    }
+    std::string why = query_device(dev, &layout->info[r]);
+    if (!why.empty()) return why;
+    layout->max_ranks_per_device = std::max(layout->max_ranks_per_device, ++ranks_on[dev]);
+  }
+  layout->virtual_ranks = layout->max_ranks_per_device > 1;
+  return "";
+}
+
+}  // namespace arf::bench

@@ -1,0 +1,56 @@
+// Plan -> check -> time for one (shape, column).
+#include "measure.h"
+
+#include "check.h"
+
+namespace arf::bench {
+
+Cell measure_algorithm(BenchContext& ctx, const CallSpec& spec, const TimingConfig& cfg,
+                       uint64_t* call) {
+  Cell cell;
+  cell.column = arfAlgorithmName(spec.algorithm);
+  // arfPlan is pure and rank-symmetric, so rank 0's answer is every rank's; asking first keeps a
+  // refused forced algorithm from ever launching.
+  const arfFusedArgs_t args = make_fused_args(spec, ctx.buffers[0], 0);
+  arfPlan_t plan;
+  arfStatus_t st = arfPlan(ctx.comms[0], &args, &plan);
+  if (st != arfSuccess) {
+    cell.unsupported = st == arfUnsupported;
+    cell.error = std::string(arfGetStatusString(st)) + ": " + arfGetLastErrorString();
+    return cell;
+  }
+  cell.chosen = arfAlgorithmName(plan.algorithm);
+  cell.reason = plan.reason;
+  if (ctx.args->check != 0) {
+    CheckResult check = check_call(ctx, spec, ++*call);
+    cell.wrong = check.wrong;
+    cell.note = check.detail;
+    if (!check.error.empty()) {
+      cell.error = check.error;
+      return cell;
+    }
+  }
+  Timing t = time_collective(
+      *ctx.pool, ctx.streams,
+      [&](int rank, int i, cudaStream_t) { return enqueue_call(ctx, spec, rank, i); },
+      [&](int rank) { return comm_health(ctx, rank); }, cfg);
+  cell.us = t.max_us;
+  cell.error = t.error;
+  return cell;
+}
+
+Cell measure_nccl(BenchContext& ctx, const NcclBaseline& nccl, const CallSpec& spec,
+                  const TimingConfig& cfg) {
+  Cell cell;
+  cell.column = nccl.label();
+  cell.chosen = nccl.label();
+  Timing t = time_collective(
+      *ctx.pool, ctx.streams,
+      [&](int rank, int i, cudaStream_t stream) { return nccl.enqueue(ctx, spec, rank, i, stream); },
+      [&](int rank) { return nccl.health(rank); }, cfg);
+  cell.us = t.max_us;
+  cell.error = t.error;
+  return cell;
+}
+
+}  // namespace arf::bench

@@ -1,0 +1,22 @@
+// One cell of a table: plan, optionally check, then time one column (an arfusion algorithm or the
+// NCCL baseline) for one shape.
+#pragma once
+
+#include <cstdint>
+
+#include "context.h"
+#include "nccl_baseline.h"
+#include "results.h"
+#include "timing.h"
+
+namespace arf::bench {
+
+// `call` numbers the checks of a run so that each one gets fresh data.
+Cell measure_algorithm(BenchContext& ctx, const CallSpec& spec, const TimingConfig& cfg,
+                       uint64_t* call);
+
+// The NCCL column (unchecked: NCCL's sum order differs from the contract's fixed rank order).
+Cell measure_nccl(BenchContext& ctx, const NcclBaseline& nccl, const CallSpec& spec,
+                  const TimingConfig& cfg);
+
+}  // namespace arf::bench

@@ -1,0 +1,83 @@
+// Persistent rank threads with a generation-counted task hand-off and a voting barrier.
+#include "rank_pool.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+namespace arf::bench {
+
+RankPool::RankPool(const std::vector<int>& devices)
+    : votes_(devices.size(), 1),
+      barrier_(static_cast<std::ptrdiff_t>(devices.size()), Completion{this}) {
+  threads_.reserve(devices.size());
+  for (size_t r = 0; r < devices.size(); ++r) {
+    threads_.emplace_back(&RankPool::thread_main, this, static_cast<int>(r), devices[r]);
+  }
+}
+
+RankPool::~RankPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void RankPool::run(const std::function<void(int)>& fn) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  task_ = &fn;
+  pending_ = world();
+  ++generation_;
+  wake_.notify_all();
+  done_.wait(lock, [&] { return pending_ == 0; });
+  task_ = nullptr;
+}
+
+bool RankPool::agree(int rank, bool ok) {
+  votes_[rank] = ok ? 1 : 0;
+  barrier_.arrive_and_wait();
+  // all_ok_ is stable until every rank arrives at the next barrier, which cannot happen before
+  // this rank (one of the arrivals) has read it.
+  return all_ok_;
+}
+
+void RankPool::Completion::operator()() noexcept {
+  bool ok = true;
+  for (char v : pool->votes_) ok = ok && v;
+  pool->all_ok_ = ok;
+}
+
+void RankPool::thread_main(int rank, int device) {
+  // The CUDA current device is per thread; set it once so every call of this rank lands on it.
+  cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "arfusion-bench: rank %d: cudaSetDevice(%d): %s\n", rank, device,
+                 cudaGetErrorString(err));
+    std::abort();
+  }
+  unsigned long seen = 0;
+  for (;;) {
+    const std::function<void(int)>* task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      task = task_;
+    }
+    try {
+      (*task)(rank);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "arfusion-bench: rank %d: %s\n", rank, e.what());
+      std::abort();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--pending_ == 0) done_.notify_one();
+  }
+}
+
+}  // namespace arf::bench

@@ -1,0 +1,50 @@
+// Output of a run: nccl-tests-style tables on stdout (rows printed as they complete) and, with -J,
+// one JSON file holding a header object and every row with all its fields.
+//
+// Tables (time = max over ranks of elapsed / calls, in microseconds):
+//  allreduce: size(B) count type, then per column time(us) algbw(GB/s) busbw(GB/s) #wrong,
+//             busbw = algbw * 2(n-1)/n.
+//  fused:     tokens hidden bytes(per rank) unfused(us), each fused algorithm (us), auto (us) and
+//             the algorithm arfPlan chose, the NCCL column if any, speedup (unfused / fastest other
+//             arfusion column), #wrong.
+//  epilogue:  tokens hidden bytes moved (read input + residual + gamma, write residual_out +
+//             norm_out) time(us) achieved GB/s and % of the D2D copy bandwidth printed above it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "results.h"
+
+namespace arf::bench {
+
+class Report {
+ public:
+  // columns: the measured columns in the order the runner fills each row's cells.
+  Report(const BenchArgs& args, const RunHeader& header, std::vector<std::string> columns);
+
+  void print_header() const;
+  void add_row(Row row);  // prints the row and keeps it for the footer and the JSON
+  void print_footer() const;
+  std::string write_json(const std::string& path) const;  // "" or why not
+
+  // No cell failed and no check found a wrong element.
+  bool all_passed() const;
+
+ private:
+  void print_allreduce_header() const;
+  void print_fused_header() const;
+  void print_epilogue_header() const;
+  void print_allreduce_row(const Row& row) const;
+  void print_fused_row(const Row& row) const;
+  void print_epilogue_row(const Row& row) const;
+  std::vector<int> fused_display_order() const;  // unfused, fused algorithms, auto, nccl
+
+  const BenchArgs& args_;
+  RunHeader header_;
+  std::vector<std::string> columns_;
+  std::vector<Row> rows_;
+};
+
+}  // namespace arf::bench

@@ -1,0 +1,181 @@
+// The sweep: shapes from the arguments, capacity from the shapes, one row per shape with one cell
+// per column, printed as it completes (as nccl-tests does), JSON at the end.
+#include "runner.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+
+#include "measure.h"
+#include "nccl_baseline.h"
+#include "report.h"
+#include "session.h"
+
+namespace arf::bench {
+namespace {
+
+constexpr int64_t kCopyBytes = int64_t{1} << 30;  // large enough that L2 plays no part
+
+std::vector<CallSpec> sweep_shapes(const BenchArgs& args) {
+  std::vector<CallSpec> shapes;
+  if (args.op == Op::kAllReduce) {
+    for (int64_t count : allreduce_counts(args)) {
+      CallSpec s;
+      s.pattern = arfPatternAllReduce;
+      s.row_elems = allreduce_row_elems(count, args.hidden);
+      s.tokens = count / s.row_elems;
+      shapes.push_back(s);
+    }
+    return shapes;
+  }
+  for (int64_t tokens : args.tokens) {
+    CallSpec s;
+    s.pattern = arfPatternResidualRmsNorm;
+    s.tokens = tokens;
+    s.row_elems = args.hidden;
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
+// The epilogue op has no all-reduce to choose: it times what the planner runs at world 1.
+std::vector<arfAlgorithm_t> arf_columns(const BenchArgs& args) {
+  if (args.op == Op::kEpilogue) return {arfAlgoAuto};
+  return args.algos;
+}
+
+arfCommConfig_t comm_config(const BenchArgs& args, const std::vector<CallSpec>& shapes) {
+  arfCommConfig_t config;
+  arfCommConfigInit(&config);
+  int64_t max_tokens = 1, max_row = 8;
+  for (const CallSpec& s : shapes) {
+    max_tokens = std::max(max_tokens, s.tokens);
+    max_row = std::max(max_row, s.row_elems);
+  }
+  config.max_tokens = static_cast<size_t>(args.max_tokens > 0 ? args.max_tokens : max_tokens);
+  config.max_hidden = static_cast<size_t>(max_row);
+  config.dtype = args.dtype;
+  return config;
+}
+
+int64_t capacity_elems(const std::vector<CallSpec>& shapes) {
+  int64_t elems = 8;
+  for (const CallSpec& s : shapes) elems = std::max(elems, s.elems());
+  return elems;
+}
+
+void describe_run(RunHeader* header) {
+  header->version = std::to_string(ARF_VERSION_MAJOR) + "." + std::to_string(ARF_VERSION_MINOR);
+  const char* commit = std::getenv("ARF_GIT_COMMIT");
+  header->git_commit = commit != nullptr ? commit : "";
+  char date[64];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S%z", std::localtime(&now));
+  header->date = date;
+}
+
+// NCCL times only ranks on distinct GPUs: virtual ranks would serialise NCCL's kernels on one
+// device and measure nothing a deployment runs.
+void setup_nccl(const BenchArgs& args, const arfCommConfig_t& config, NcclBaseline* nccl,
+                RunHeader* header) {
+  if (args.op == Op::kEpilogue || header->layout.devices.size() < 2) return;
+  const arfPattern_t pattern =
+      args.op == Op::kAllReduce ? arfPatternAllReduce : arfPatternResidualRmsNorm;
+  std::string why = nccl->init(header->layout, pattern, config);
+  if (!why.empty()) {
+    header->nccl_note = "NCCL column skipped: " + why;
+    return;
+  }
+  header->nccl_label = nccl->label();
+  header->nccl_note = "NCCL column '" + nccl->label() + "': " + nccl->describe();
+}
+
+void measure_copy_bandwidth(BenchContext& ctx, RunHeader* header) {
+  std::string why;
+  ctx.pool->run([&](int rank) {
+    if (rank == 0) {
+      header->copy_gbps = copy_bandwidth_gbps(kCopyBytes, ctx.streams[0], &header->copy_bytes, &why);
+    }
+  });
+  if (!why.empty()) std::fprintf(stderr, "arfusion-bench: copy bandwidth not measured: %s\n", why.c_str());
+}
+
+Row measure_row(BenchContext& ctx, const NcclBaseline* nccl, CallSpec spec,
+                const TimingConfig& cfg, uint64_t* calls) {
+  Row row;
+  row.tokens = spec.tokens;
+  row.row_elems = spec.row_elems;
+  row.count = spec.elems();
+  row.bytes = spec.elems() * static_cast<int64_t>(dtype_size(ctx.args->dtype));
+  for (arfAlgorithm_t algo : arf_columns(*ctx.args)) {
+    spec.algorithm = algo;
+    row.cells.push_back(measure_algorithm(ctx, spec, cfg, calls));
+  }
+  if (nccl != nullptr) row.cells.push_back(measure_nccl(ctx, *nccl, spec, cfg));
+  return row;
+}
+
+}  // namespace
+
+int run_bench(const BenchArgs& args) {
+  RunHeader header;
+  std::string why = resolve_layout(args, &header.layout);
+  if (!why.empty()) {
+    std::fprintf(stderr, "arfusion-bench: error: %s\n", why.c_str());
+    return 2;
+  }
+  const std::vector<CallSpec> shapes = sweep_shapes(args);
+  const arfCommConfig_t config = comm_config(args, shapes);
+  Session session;
+  why = session.open(args, header.layout, config, capacity_elems(shapes));
+  if (!why.empty()) {
+    std::fprintf(stderr, "arfusion-bench: error: %s\n", why.c_str());
+    return 2;
+  }
+  BenchContext& ctx = session.context();
+  header.num_input_sets = ctx.buffers[0].num_sets();
+  NcclBaseline nccl;  // destroyed before the session: its communicators are independent of ours
+  setup_nccl(args, config, &nccl, &header);
+  if (args.op == Op::kEpilogue) measure_copy_bandwidth(ctx, &header);
+  describe_run(&header);
+
+  std::vector<std::string> columns;
+  for (arfAlgorithm_t algo : arf_columns(args)) columns.push_back(arfAlgorithmName(algo));
+  if (!header.nccl_label.empty()) columns.push_back(header.nccl_label);
+  Report report(args, header, columns);
+  report.print_header();
+  const TimingConfig cfg{args.iters, args.warmup_iters, args.graph_replays};
+  uint64_t calls = 0;
+  for (const CallSpec& spec : shapes) {
+    report.add_row(measure_row(ctx, header.nccl_label.empty() ? nullptr : &nccl, spec, cfg, &calls));
+  }
+  report.print_footer();
+  if (!args.json_path.empty()) {
+    why = report.write_json(args.json_path);
+    if (!why.empty()) {
+      std::fprintf(stderr, "arfusion-bench: error: %s\n", why.c_str());
+      return 1;
+    }
+  }
+  return report.all_passed() ? 0 : 1;
+}
+
+int print_dry_run(const BenchArgs& args) {
+  const std::vector<CallSpec> shapes = sweep_shapes(args);
+  const arfCommConfig_t config = comm_config(args, shapes);
+  std::printf("# dry run: op %s, dtype %s, %zu shapes, capacity %zu tokens x %zu hidden\n",
+              op_name(args.op), dtype_name(args.dtype), shapes.size(), config.max_tokens,
+              config.max_hidden);
+  std::printf("# columns:");
+  for (arfAlgorithm_t algo : arf_columns(args)) std::printf(" %s", arfAlgorithmName(algo));
+  std::printf("\n# iters %d, warmup %d, cudagraph %d, check %d\n", args.iters, args.warmup_iters,
+              args.graph_replays, args.check);
+  for (const CallSpec& s : shapes) {
+    std::printf("%12lld tokens x %6lld = %12lld elements\n", static_cast<long long>(s.tokens),
+                static_cast<long long>(s.row_elems), static_cast<long long>(s.elems()));
+  }
+  return 0;
+}
+
+}  // namespace arf::bench

@@ -1,0 +1,67 @@
+// Communicators, rank threads, streams and buffers of one run.
+#include "session.h"
+
+#include <algorithm>
+#include <map>
+
+namespace arf::bench {
+
+Session::~Session() {
+  if (pool_ != nullptr) {
+    pool_->run([&](int rank) {
+      free_buffers(&ctx_.buffers[rank]);
+      if (ctx_.streams[rank] != nullptr) cudaStreamDestroy(ctx_.streams[rank]);
+    });
+  }
+  // The local transport allows destroying every rank from one thread, in any order.
+  for (arfComm_t comm : ctx_.comms) arfCommDestroy(comm);
+  pool_.reset();
+}
+
+std::string Session::open(const BenchArgs& args, const RankLayout& layout,
+                          const arfCommConfig_t& config, int64_t capacity_elems) {
+  ctx_.args = &args;
+  ctx_.layout = layout;
+  const int world = static_cast<int>(layout.devices.size());
+  std::vector<arfComm_t> comms(world, nullptr);
+  arfStatus_t st = arfCommInitAll(comms.data(), world, layout.devices.data(), &config);
+  if (st != arfSuccess) {
+    return std::string("arfCommInitAll: ") + arfGetStatusString(st) + ": " +
+           arfGetLastErrorString();
+  }
+  ctx_.comms = comms;
+  pool_ = std::make_unique<RankPool>(layout.devices);
+  ctx_.pool = pool_.get();
+  ctx_.streams.assign(world, nullptr);
+  ctx_.buffers.resize(world);
+  return make_streams_and_buffers(capacity_elems);
+}
+
+std::string Session::make_streams_and_buffers(int64_t capacity_elems) {
+  const int world = ctx_.world();
+  std::map<int, int> ranks_on;
+  for (int dev : ctx_.layout.devices) ++ranks_on[dev];
+  const bool with_residual = ctx_.args->op != Op::kAllReduce;
+  const int64_t set_bytes = capacity_elems * 2 * (with_residual ? 2 : 1);
+  std::vector<int> sets(world, 1);
+  std::vector<std::string> errors(world);
+  pool_->run([&](int rank) {
+    // Non-blocking: no implicit ordering with the legacy stream, which other rank threads' graph
+    // captures must not be joined to.
+    cudaError_t err = cudaStreamCreateWithFlags(&ctx_.streams[rank], cudaStreamNonBlocking);
+    if (err != cudaSuccess) errors[rank] = std::string("cudaStreamCreate: ") + cudaGetErrorString(err);
+    // Every rank asks before any allocates, so virtual ranks see the same free memory.
+    sets[rank] = affordable_input_sets(set_bytes, ranks_on[ctx_.layout.devices[rank]]);
+    if (!pool_->agree(rank, errors[rank].empty())) return;
+    const int num_sets = *std::min_element(sets.begin(), sets.end());
+    errors[rank] = allocate_buffers(rank, capacity_elems, ctx_.args->hidden, ctx_.args->dtype,
+                                    num_sets, with_residual, ctx_.streams[rank],
+                                    &ctx_.buffers[rank]);
+  });
+  for (int r = 0; r < world; ++r) {
+    if (!errors[r].empty()) return "rank " + std::to_string(r) + ": " + errors[r];
+  }
+  return "";
+}
+
+}  // namespace arf::bench

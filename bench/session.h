@@ -1,0 +1,33 @@
+// Owns what a run holds on the devices: the communicators (arfCommInitAll), the rank threads, one
+// non-blocking stream per rank and the rank buffers. Teardown in the destructor, in reverse order.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "context.h"
+
+namespace arf::bench {
+
+class Session {
+ public:
+  Session() = default;
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Creates everything for `layout`; buffers hold capacity_elems elements each. Returns "" or why
+  // not. Call once, from the main thread.
+  std::string open(const BenchArgs& args, const RankLayout& layout, const arfCommConfig_t& config,
+                   int64_t capacity_elems);
+
+  BenchContext& context() { return ctx_; }
+
+ private:
+  std::string make_streams_and_buffers(int64_t capacity_elems);
+
+  BenchContext ctx_;
+  std::unique_ptr<RankPool> pool_;
+};
+
+}  // namespace arf::bench

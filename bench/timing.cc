@@ -1,0 +1,147 @@
+// Warm-up, optional graph capture, barrier, event-timed region, max over ranks.
+#include "timing.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace arf::bench {
+namespace {
+
+constexpr int kCopyRepeats = 5;
+constexpr int64_t kMinCopyBytes = 64 << 20;
+
+std::string cuda_error(cudaError_t err, const char* what) {
+  return err == cudaSuccess ? "" : std::string(what) + ": " + cudaGetErrorString(err);
+}
+
+// Captures `iters` calls into a graph. Thread-local capture mode: the other rank threads keep
+// issuing CUDA calls (their own captures, syncs) while this one captures, which global mode forbids.
+std::string capture(int rank, cudaStream_t stream, const EnqueueFn& enqueue, int iters,
+                    cudaGraphExec_t* exec) {
+  std::string why =
+      cuda_error(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  if (!why.empty()) return why;
+  for (int i = 0; i < iters && why.empty(); ++i) why = enqueue(rank, i, stream);
+  cudaGraph_t graph = nullptr;
+  // End the capture even after a failed enqueue, or the stream stays unusable.
+  std::string end = cuda_error(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  if (why.empty()) why = end;
+  if (why.empty()) why = cuda_error(cudaGraphInstantiate(exec, graph, 0), "cudaGraphInstantiate");
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  return why;
+}
+
+// Eager warm-up calls, then in graph mode the capture and one untimed replay (the first launch of
+// an executable graph uploads it). Leaves the stream drained.
+std::string prepare(int rank, cudaStream_t stream, const EnqueueFn& enqueue,
+                    const TimingConfig& cfg, cudaGraphExec_t* exec) {
+  for (int i = 0; i < cfg.warmup_iters; ++i) {
+    std::string why = enqueue(rank, i, stream);
+    if (!why.empty()) return why;
+  }
+  if (cfg.graph_replays > 0) {
+    std::string why = capture(rank, stream, enqueue, cfg.iters, exec);
+    if (why.empty()) why = cuda_error(cudaGraphLaunch(*exec, stream), "cudaGraphLaunch");
+    if (!why.empty()) return why;
+  }
+  return cuda_error(cudaStreamSynchronize(stream), "cudaStreamSynchronize (warm-up)");
+}
+
+std::string timed_region(int rank, cudaStream_t stream, const EnqueueFn& enqueue,
+                         const TimingConfig& cfg, cudaGraphExec_t exec, double* us) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  std::string why = cuda_error(cudaEventCreate(&start), "cudaEventCreate");
+  if (why.empty()) why = cuda_error(cudaEventCreate(&stop), "cudaEventCreate");
+  if (why.empty()) why = cuda_error(cudaEventRecord(start, stream), "cudaEventRecord");
+  if (exec != nullptr) {
+    for (int g = 0; g < cfg.graph_replays && why.empty(); ++g) {
+      why = cuda_error(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    }
+  } else {
+    for (int i = 0; i < cfg.iters && why.empty(); ++i) why = enqueue(rank, i, stream);
+  }
+  if (why.empty()) why = cuda_error(cudaEventRecord(stop, stream), "cudaEventRecord");
+  if (why.empty()) why = cuda_error(cudaEventSynchronize(stop), "cudaEventSynchronize");
+  float ms = 0;
+  if (why.empty()) why = cuda_error(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  const int calls = cfg.iters * std::max(1, cfg.graph_replays);
+  *us = 1e3 * ms / calls;
+  if (start != nullptr) cudaEventDestroy(start);
+  if (stop != nullptr) cudaEventDestroy(stop);
+  return why;
+}
+
+}  // namespace
+
+Timing time_collective(RankPool& pool, const std::vector<cudaStream_t>& streams,
+                       const EnqueueFn& enqueue, const HealthFn& health, const TimingConfig& cfg) {
+  Timing t;
+  t.rank_us.assign(pool.world(), NAN);
+  std::vector<std::string> errors(pool.world());
+  pool.run([&](int rank) {
+    cudaStream_t stream = streams[rank];
+    cudaGraphExec_t exec = nullptr;
+    std::string why = prepare(rank, stream, enqueue, cfg, &exec);
+    if (why.empty() && health) why = health(rank);
+    // The host barrier before the timed region; if any rank failed, nobody starts it.
+    if (pool.agree(rank, why.empty())) {
+      why = timed_region(rank, stream, enqueue, cfg, exec, &t.rank_us[rank]);
+      if (why.empty() && health) why = health(rank);
+    }
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    errors[rank] = why;
+  });
+  for (int r = 0; r < pool.world(); ++r) {
+    if (!errors[r].empty() && t.error.empty()) t.error = "rank " + std::to_string(r) + ": " + errors[r];
+  }
+  if (t.error.empty() && std::any_of(t.rank_us.begin(), t.rank_us.end(),
+                                     [](double us) { return std::isnan(us); })) {
+    t.error = "a rank skipped the timed region after a peer failed";
+  }
+  t.max_us = t.error.empty() ? *std::max_element(t.rank_us.begin(), t.rank_us.end()) : NAN;
+  return t;
+}
+
+double copy_bandwidth_gbps(int64_t bytes, cudaStream_t stream, int64_t* bytes_used,
+                           std::string* error) {
+  void* src = nullptr;
+  void* dst = nullptr;
+  for (; bytes >= kMinCopyBytes; bytes /= 2) {
+    if (cudaMalloc(&src, bytes) == cudaSuccess) {
+      if (cudaMalloc(&dst, bytes) == cudaSuccess) break;
+      cudaFree(src);
+    }
+    src = dst = nullptr;
+    cudaGetLastError();  // clear the out-of-memory error before trying a smaller size
+  }
+  if (dst == nullptr) {
+    *error = "no memory for a copy of " + std::to_string(kMinCopyBytes) + " bytes";
+    return NAN;
+  }
+  *bytes_used = bytes;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> ms(kCopyRepeats);
+  std::string why = cuda_error(cudaMemsetAsync(src, 0, bytes, stream), "cudaMemsetAsync");
+  // One untimed copy first: it pays any first-touch cost of the pages.
+  for (int k = -1; k < kCopyRepeats && why.empty(); ++k) {
+    cudaEventRecord(start, stream);
+    why = cuda_error(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "copy");
+    cudaEventRecord(stop, stream);
+    if (why.empty()) why = cuda_error(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    if (why.empty() && k >= 0) cudaEventElapsedTime(&ms[k], start, stop);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(src);
+  cudaFree(dst);
+  if (!why.empty()) {
+    *error = why;
+    return NAN;
+  }
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * static_cast<double>(bytes) / (ms[kCopyRepeats / 2] * 1e-3) / 1e9;
+}
+
+}  // namespace arf::bench
