@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# World-1 epilogue (residual add + RMSNorm, no all-reduce) against torch.compile, in one run on one
+# GPU: arfusion-bench --op epilogue and bench/torch_baseline.py over tokens 1..16384, hidden 8192,
+# bf16, both timed with CUDA graphs; bench/compare_world1.py then merges the two JSONs into one
+# table with the targets' verdicts (>= 90% of copy bandwidth at >= 4096 tokens; at least as fast as
+# torch.compile at every token count). Usage: scripts/bench_world1.sh [OUT_DIR] (default
+# bench/results/tmp). Needs ./build/arfusion-bench (scripts/setup.sh) and PyTorch.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-bench/results/tmp}
+mkdir -p "$out"
+bench=${ARF_BENCH:-build/arfusion-bench}
+[[ -x $bench ]] || { echo "bench_world1: $bench is not built (run scripts/setup.sh)" >&2; exit 2; }
+export NCCL_NVLS_ENABLE=0
+export ARF_GIT_COMMIT=${ARF_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || true)}
+
+"$bench" --op epilogue --devices 0 --tmin 1 --tmax 16384 --hidden 8192 -d bf16 \
+  -n 100 -w 10 -G 10 -c 1 -J "$out/arfusion_epilogue.json" | tee "$out/arfusion_epilogue.txt"
+bench_rc=${PIPESTATUS[0]}
+python3 bench/torch_baseline.py --tmin 1 --tmax 16384 --hidden 8192 -n 100 -G 10 \
+  --json "$out/torch_baseline.json" | tee "$out/torch_baseline.txt"
+torch_rc=${PIPESTATUS[0]}
+if [[ -s $out/arfusion_epilogue.json && -s $out/torch_baseline.json ]]; then
+  python3 bench/compare_world1.py "$out/arfusion_epilogue.json" "$out/torch_baseline.json" \
+    --json "$out/compare_world1.json" | tee "$out/compare_world1.txt"
+fi
+# A failed check or measurement fails the script; a missed performance target does not (it is
+# recorded in compare_world1.txt).
+((bench_rc == 0 && torch_rc == 0))
