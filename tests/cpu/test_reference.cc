@@ -247,9 +247,9 @@ TEST_P(ReferenceNorm, HandComputedRow) {
 }
 
 TEST_P(ReferenceNorm, ResidualOutAddsResidualToTheRoundedAllReduce) {
-  // 1 + half an ulp ties back to 1 in the dtype, so ar = 1 and residual_out = round(1 + half an ulp)
-  // = 1. Adding the residual to the unrounded fp32 sum instead would give round(1 + ulp) = 1 + ulp:
-  // the contract's early rounding is what makes fused equal to unfused.
+  // 1 + half an ulp ties back to 1 in the dtype, so ar = 1 and residual_out = round(1 + half an
+  // ulp) = 1. Adding the residual to the unrounded fp32 sum instead would give round(1 + ulp) =
+  // 1 + ulp: the contract's early rounding is what makes fused equal to unfused.
   const DType dtype = GetParam();
   const float ulp = dtype == DType::kBf16 ? 0x1p-7f : 0x1p-10f;
   const uint16_t one = from_float(1.0f, dtype), half_ulp = from_float(ulp / 2, dtype);

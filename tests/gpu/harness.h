@@ -1,0 +1,213 @@
+// Harness of the GPU correctness suite. It drives a world of N ranks through the public C API only
+// (arfusion.h), with one host thread and one CUDA stream per rank, as an engine would: ranks must
+// run concurrently because a rank's kernel spins until its peers arrive.
+//
+// What makes a check able to catch the seed bugs (shared/research/ecosystem-testing.md §1.2):
+//  - data is distinct per rank AND per call (a stale peer buffer never holds the right bits);
+//  - outputs are poisoned (0xFFFF, a NaN in both dtypes) before each call;
+//  - calls are enqueued back-to-back with no host sync between them, optionally with host skew,
+//    and each call's inputs are overwritten on the stream right after it (the vLLM/SGLang
+//    "consumer" trick): a peer that still reads them after the call reads garbage;
+//  - every output is compared with the CPU reference (all-reduce and residual_out bitwise,
+//    norm_out within tolerance), across ranks bitwise, and against a forced-`unfused` rerun
+//    bitwise.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "arfusion/arfusion.h"
+#include "reference/cpu_reference.h"
+
+namespace arf::test {
+
+DType ref_dtype(arfDataType_t dtype);
+const char* dtype_tag(arfDataType_t dtype);  // "bf16" / "fp16"
+// "OneshotLamport" etc., for test names (the CamelCase form of arfAlgorithmName).
+std::string algorithm_tag(arfAlgorithm_t algorithm);
+
+// Records a gtest failure (from any thread) when a CUDA call fails; returns whether it succeeded.
+bool cuda_ok(cudaError_t err, const char* what);
+// "arfInvalidArgument: <last error string of this thread>"; call on the thread that got `status`.
+std::string status_text(arfStatus_t status);
+std::string plan_text(const arfPlan_t& plan);
+
+// Turns a hang into a loud failure: if not destroyed within `seconds`, prints `what` and exits the
+// process with status 1 (a spinning kernel cannot be cancelled, so a test cannot recover).
+class HangGuard {
+ public:
+  HangGuard(double seconds, std::string what);
+  ~HangGuard();
+  HangGuard(const HangGuard&) = delete;
+  HangGuard& operator=(const HangGuard&) = delete;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+// cudaMalloc'd memory on one device, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(int device, size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  uint16_t* u16() const { return static_cast<uint16_t*>(ptr_); }
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  int device_ = 0;
+};
+
+struct WorldOptions {
+  int world_size = 2;
+  arfDataType_t dtype = arfBFloat16;
+  size_t max_tokens = 1024;
+  size_t max_hidden = 8192;
+  size_t oneshot_max_tokens = 0;  // 0 = max_tokens
+  double timeout_seconds = 10.0;  // bounded waits: a protocol bug fails, it does not hang
+};
+
+// Devices of the ranks: ARF_TEST_DEVICES="0,1,..." (rank r gets entry r % count), else device 0
+// for every rank (virtual ranks sharing one GPU).
+std::vector<int> test_devices(int world_size);
+
+// N ranks created with arfCommInitAll, one non-blocking stream each. Destroyed collectively.
+class World {
+ public:
+  // nullptr, with a gtest failure recorded, when creation fails.
+  static std::unique_ptr<World> create(const WorldOptions& options);
+  ~World();
+
+  int size() const { return options_.world_size; }
+  arfDataType_t dtype() const { return options_.dtype; }
+  const WorldOptions& options() const { return options_; }
+  arfComm_t comm(int rank) const { return comms_[rank]; }
+  cudaStream_t stream(int rank) const { return streams_[rank]; }
+  int device(int rank) const { return devices_[rank]; }
+
+  // Runs fn(rank) on one new host thread per rank, each with its device current, and joins them.
+  void run_ranks(const std::function<void(int rank)>& fn) const;
+
+ private:
+  World() = default;
+  WorldOptions options_;
+  std::vector<int> devices_;
+  std::vector<arfComm_t> comms_;
+  std::vector<cudaStream_t> streams_;
+};
+
+// Legal in-place forms (arfusion.h).
+enum Alias : unsigned {
+  kNoAlias = 0,
+  kResidualInPlace = 1u << 0,   // residual_out == residual_in
+  kNormIntoInput = 1u << 1,     // norm_out == input
+  kAllReduceInPlace = 1u << 2,  // allreduce_out == input (pattern allreduce and flat calls)
+};
+
+// What the inputs hold. kRandom is ref::fill_random (1/64 special values); the others stress the
+// Lamport sentinel (-0.0) and what a flush-to-zero would turn into it.
+enum class Content { kRandom, kAllNegativeZero, kAllNegativeSubnormal, kSentinelMix };
+
+struct CallSpec {
+  arfPattern_t pattern = arfPatternResidualRmsNorm;
+  arfAlgorithm_t algorithm = arfAlgoAuto;
+  int64_t num_tokens = 1;
+  int64_t hidden = 4096;
+  bool gamma_fp32 = false;
+  bool gamma_plus_one = false;
+  float eps = 1e-6f;
+  unsigned alias = kNoAlias;
+  bool flat = false;  // arfAllReduce of num_tokens * hidden elements (pattern allreduce)
+  Content content = Content::kRandom;
+
+  int64_t elems() const { return num_tokens * hidden; }
+  bool has_norm() const { return !flat && pattern == arfPatternResidualRmsNorm; }
+  std::string label() const;
+};
+
+// Host inputs of one call: input distinct per rank; residual and gamma replicated, as in TP.
+struct CallData {
+  std::vector<std::vector<uint16_t>> inputs;  // [rank][elems]
+  std::vector<uint16_t> residual_in;
+  std::vector<uint16_t> gamma16;
+  std::vector<float> gamma32;
+};
+
+// Seed of the current test (a hash of its full name), so every test draws its own data.
+uint64_t test_seed();
+uint64_t mix_seed(uint64_t a, uint64_t b);
+CallData make_call_data(const CallSpec& spec, int world_size, arfDataType_t dtype, uint64_t seed);
+// One CallData per spec, generated in parallel; call c uses mix_seed(base_seed, c).
+std::vector<CallData> make_all_call_data(const std::vector<CallSpec>& specs, int world_size,
+                                         arfDataType_t dtype, uint64_t base_seed);
+
+struct RankOutputs {
+  std::vector<uint16_t> allreduce, residual_out, norm_out;
+};
+using CallResult = std::vector<RankOutputs>;  // [rank]
+
+// Device buffers of one call on one rank, with the spec's aliasing applied.
+class CallBuffers {
+ public:
+  CallBuffers(int device, const CallSpec& spec, arfDataType_t dtype);
+  // Copies the rank's inputs (stream-ordered) and poisons every output that is not an input.
+  void upload(const CallData& data, int rank, cudaStream_t stream) const;
+  arfFusedArgs_t args() const;
+  // arfFusedAllReduce, or arfAllReduce for flat specs.
+  arfStatus_t launch(arfComm_t comm, cudaStream_t stream) const;
+  // Overwrites the inputs that are not also outputs (the consumer trick), stream-ordered.
+  void clobber_inputs(cudaStream_t stream) const;
+  RankOutputs download(cudaStream_t stream) const;  // synchronizes `stream`
+
+  void* input() const { return input_.get(); }
+  void* residual_in() const { return residual_in_.get(); }
+  void* gamma() const { return gamma_.get(); }
+  void* allreduce_out() const;
+  void* residual_out() const;
+  void* norm_out() const;
+
+ private:
+  CallSpec spec_;
+  arfDataType_t dtype_;
+  DeviceBuffer input_, residual_in_, gamma_, allreduce_out_, residual_out_, norm_out_;
+};
+
+struct RunOptions {
+  bool clobber_inputs = true;  // overwrite inputs right after each call
+  int max_skew_us = 0;         // each rank sleeps up to this long before each call
+  double hang_seconds = 120;   // HangGuard bound for the whole batch
+};
+
+// Enqueues all calls back-to-back on every rank (no host sync between calls), then synchronizes,
+// checks statuses and arfCommGetAsyncError, and downloads every output. Results are [call][rank].
+std::vector<CallResult> run_calls(const World& world, const std::vector<CallSpec>& specs,
+                                  const std::vector<CallData>& data, const RunOptions& options);
+
+// Reference (bitwise / tolerance) and cross-rank bitwise checks; gtest failures name the call.
+void check_calls(const World& world, const std::vector<CallSpec>& specs,
+                 const std::vector<CallData>& data, const std::vector<CallResult>& results);
+
+// Every output of `b` bitwise equal to `a` ([call][rank]); `what` names the comparison.
+void check_identical(const std::vector<CallSpec>& specs, const std::vector<CallResult>& a,
+                     const std::vector<CallResult>& b, const char* what);
+
+// The usual test: fresh data seeded from the test name, run, check, then rerun the same data with
+// every fused call forced to `unfused` and require bitwise-identical outputs.
+void run_and_check(const World& world, const std::vector<CallSpec>& specs,
+                   const RunOptions& options = {}, uint64_t salt = 0);
+
+// Runs fn(i) for i in [0, n) on up to hardware_concurrency threads.
+void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
+
+}  // namespace arf::test

@@ -1,0 +1,181 @@
+// The run-and-verify half of the harness (harness.h): enqueue a batch of calls on every rank,
+// then compare every output with the CPU reference, across ranks, and with a forced-unfused rerun.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "gpu/harness.h"
+
+namespace arf::test {
+namespace {
+
+// Reports at most this many mismatching (call, rank, output) triples per check, so one broken
+// kernel does not bury the log.
+constexpr size_t kMaxReported = 12;
+
+void report(const std::vector<std::vector<std::string>>& per_call_errors) {
+  size_t reported = 0, total = 0;
+  for (const auto& errors : per_call_errors) {
+    for (const std::string& e : errors) {
+      ++total;
+      if (reported < kMaxReported) {
+        ADD_FAILURE() << e;
+        ++reported;
+      }
+    }
+  }
+  if (total > reported) ADD_FAILURE() << "... and " << total - reported << " more mismatches";
+}
+
+std::string where(size_t call, const CallSpec& spec, int rank) {
+  return "call " + std::to_string(call) + " [" + spec.label() + "] rank " + std::to_string(rank) +
+         ": ";
+}
+
+}  // namespace
+
+std::vector<CallResult> run_calls(const World& world, const std::vector<CallSpec>& specs,
+                                  const std::vector<CallData>& data, const RunOptions& options) {
+  const int world_size = world.size();
+  const size_t num_calls = specs.size();
+  std::vector<CallResult> results(num_calls, CallResult(world_size));
+  std::vector<std::vector<std::unique_ptr<CallBuffers>>> buffers(world_size);
+  const uint64_t skew_seed = test_seed();
+  HangGuard guard(options.hang_seconds, "a batch of " + std::to_string(num_calls) + " calls");
+  world.run_ranks([&](int r) {
+    const cudaStream_t stream = world.stream(r);
+    for (size_t c = 0; c < num_calls; ++c) {
+      buffers[r].push_back(std::make_unique<CallBuffers>(world.device(r), specs[c], world.dtype()));
+      buffers[r][c]->upload(data[c], r, stream);
+    }
+    if (!cuda_ok(cudaStreamSynchronize(stream), "upload")) return;
+    std::mt19937_64 rng(mix_seed(skew_seed, r));
+    for (size_t c = 0; c < num_calls; ++c) {
+      if (options.max_skew_us > 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % (options.max_skew_us + 1)));
+      }
+      const arfStatus_t st = buffers[r][c]->launch(world.comm(r), stream);
+      if (st != arfSuccess) ADD_FAILURE() << where(c, specs[c], r) << status_text(st);
+      if (options.clobber_inputs) buffers[r][c]->clobber_inputs(stream);
+    }
+    cuda_ok(cudaStreamSynchronize(stream), "stream after calls");
+    const arfStatus_t async = arfCommGetAsyncError(world.comm(r));
+    if (async != arfSuccess) {
+      ADD_FAILURE() << "rank " << r << " async error: " << status_text(async);
+    }
+    for (size_t c = 0; c < num_calls; ++c) results[c][r] = buffers[r][c]->download(stream);
+  });
+  return results;
+}
+
+void check_calls(const World& world, const std::vector<CallSpec>& specs,
+                 const std::vector<CallData>& data, const std::vector<CallResult>& results) {
+  const DType dtype = ref_dtype(world.dtype());
+  std::vector<std::vector<std::string>> errors(specs.size());
+  parallel_for(static_cast<int64_t>(specs.size()), [&](int64_t c) {
+    const CallSpec& spec = specs[c];
+    ref::FusedInputs in;
+    in.dtype = dtype;
+    in.num_tokens = spec.num_tokens;
+    in.hidden = spec.hidden;
+    for (const auto& input : data[c].inputs) in.rank_inputs.push_back(input.data());
+    if (spec.has_norm()) {
+      in.residual_in = data[c].residual_in.data();
+      in.gamma = spec.gamma_fp32 ? static_cast<const void*>(data[c].gamma32.data())
+                                 : static_cast<const void*>(data[c].gamma16.data());
+      in.gamma_dtype = spec.gamma_fp32 ? DType::kFp32 : dtype;
+      in.gamma_offset = spec.gamma_plus_one ? 1.0f : 0.0f;
+      in.eps = spec.eps;
+    }
+    const ref::FusedOutputs want = ref::reference_fused(in);
+    const int64_t n = spec.elems();
+    for (int r = 0; r < world.size(); ++r) {
+      const RankOutputs& got = results[c][r];
+      const RankOutputs& rank0 = results[c][0];
+      auto fail = [&](const std::string& msg) {
+        if (!msg.empty()) errors[c].push_back(where(c, spec, r) + msg);
+      };
+      if (!spec.has_norm()) {
+        if (got.allreduce.size() != static_cast<size_t>(n)) {
+          fail("allreduce_out not downloaded");
+          continue;
+        }
+        fail(ref::first_bitwise_mismatch(got.allreduce.data(), want.allreduce.data(), n,
+                                         spec.hidden, "allreduce_out vs reference"));
+        if (r > 0) {
+          fail(ref::first_bitwise_mismatch(got.allreduce.data(), rank0.allreduce.data(), n,
+                                           spec.hidden, "allreduce_out vs rank 0"));
+        }
+        continue;
+      }
+      if (got.residual_out.size() != static_cast<size_t>(n) ||
+          got.norm_out.size() != static_cast<size_t>(n)) {
+        fail("outputs not downloaded");
+        continue;
+      }
+      fail(ref::first_bitwise_mismatch(got.residual_out.data(), want.residual_out.data(), n,
+                                       spec.hidden, "residual_out vs reference"));
+      fail(ref::first_norm_mismatch(got.norm_out.data(), want.norm_exact, spec.hidden, dtype));
+      if (r > 0) {
+        fail(ref::first_bitwise_mismatch(got.residual_out.data(), rank0.residual_out.data(), n,
+                                         spec.hidden, "residual_out vs rank 0"));
+        fail(ref::first_bitwise_mismatch(got.norm_out.data(), rank0.norm_out.data(), n,
+                                         spec.hidden, "norm_out vs rank 0"));
+      }
+    }
+  });
+  report(errors);
+}
+
+void check_identical(const std::vector<CallSpec>& specs, const std::vector<CallResult>& a,
+                     const std::vector<CallResult>& b, const char* what) {
+  std::vector<std::vector<std::string>> errors(specs.size());
+  for (size_t c = 0; c < specs.size(); ++c) {
+    const int64_t n = specs[c].elems();
+    for (size_t r = 0; r < a[c].size(); ++r) {
+      const std::pair<const std::vector<uint16_t>*, const std::vector<uint16_t>*> outputs[] = {
+          {&a[c][r].allreduce, &b[c][r].allreduce},
+          {&a[c][r].residual_out, &b[c][r].residual_out},
+          {&a[c][r].norm_out, &b[c][r].norm_out}};
+      const char* names[] = {"allreduce_out", "residual_out", "norm_out"};
+      for (int k = 0; k < 3; ++k) {
+        const auto& [x, y] = outputs[k];
+        if (x->empty() && y->empty()) continue;
+        if (x->size() != static_cast<size_t>(n) || y->size() != static_cast<size_t>(n)) {
+          errors[c].push_back(where(c, specs[c], r) + what + ": " + names[k] + " missing");
+          continue;
+        }
+        const std::string msg = ref::first_bitwise_mismatch(x->data(), y->data(), n,
+                                                             specs[c].hidden, names[k]);
+        if (!msg.empty()) errors[c].push_back(where(c, specs[c], r) + what + ": " + msg);
+      }
+    }
+  }
+  report(errors);
+}
+
+void run_and_check(const World& world, const std::vector<CallSpec>& specs,
+                   const RunOptions& options, uint64_t salt) {
+  const std::vector<CallData> data =
+      make_all_call_data(specs, world.size(), world.dtype(), mix_seed(test_seed(), salt));
+  const std::vector<CallResult> results = run_calls(world, specs, data, options);
+  check_calls(world, specs, data, results);
+  if (::testing::Test::HasFailure()) return;  // a rerun would only repeat the noise
+
+  // The numerics contract makes every algorithm bitwise equal to the unfused path.
+  std::vector<CallSpec> unfused = specs;
+  bool any_fused = false;
+  for (CallSpec& s : unfused) {
+    if (s.flat || s.algorithm == arfAlgoUnfused) continue;
+    s.algorithm = arfAlgoUnfused;
+    any_fused = true;
+  }
+  if (!any_fused) return;
+  const std::vector<CallResult> unfused_results = run_calls(world, unfused, data, options);
+  check_identical(specs, results, unfused_results, "fused vs unfused");
+}
+
+}  // namespace arf::test
