@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (the `device` tool): runs the requested stages against a build made
+# elsewhere (carried in ./build) and leaves logs and JSON in $OUT (default ./device_out), packed into
+# $OUT/results.tar.gz plus the short summaries. Stages: env gpu bench world1 allreduce (default: all).
+# Usage: bash scripts/device_run.sh [stage...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-device_out}
+mkdir -p "$out/run"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export ARF_GIT_COMMIT=${ARF_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+stages=("$@")
+((${#stages[@]})) || stages=(env gpu bench world1 allreduce)
+
+# ctest files hold the absolute build path of the machine that configured them.
+configured=$(sed -n 's/^# Build directory: //p' build/CTestTestfile.cmake 2>/dev/null)
+if [[ -n $configured && ! -e $configured ]]; then
+  mkdir -p "$(dirname "$configured")" && ln -s "$PWD/build" "$configured"
+fi
+
+for stage in "${stages[@]}"; do
+  echo "=== stage $stage ($(date -u +%H:%M:%S))"
+  case $stage in
+    env)
+      { date -u; echo "commit $ARF_GIT_COMMIT"; nvidia-smi; nvidia-smi topo -m; nvcc --version 2>/dev/null | tail -1; } \
+        > "$out/run/env.txt" 2>&1
+      head -20 "$out/run/env.txt" ;;
+    gpu)
+      ctest --test-dir "${configured:-build}" -L gpu --output-on-failure 2>&1 | tee "$out/run/ctest_gpu.log" | tail -15
+      grep -E "PASSED|FAILED|tests passed" "$out/run/ctest_gpu.log" | tail -3 ;;
+    bench)
+      ./build/arfusion-bench -J "$out/run/fused_default.json" 2>&1 | tee "$out/run/fused_default.txt" | tail -30 ;;
+    world1)
+      bash scripts/bench_world1.sh "$out/run/world1" > "$out/run/world1.log" 2>&1
+      tail -40 "$out/run/world1/compare_world1.txt" 2>/dev/null || tail -30 "$out/run/world1.log" ;;
+    allreduce)
+      ./build/arfusion-bench --op allreduce -b 32K -e 64M -f 2 -G 1 -c 1 -J "$out/run/allreduce.json" 2>&1 \
+        | tee "$out/run/allreduce.txt" | tail -25 ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+done
+tar -czf "$out/results.tar.gz" -C "$out" run
+for f in fused_default.txt allreduce.txt; do [[ -f $out/run/$f ]] && cp "$out/run/$f" "$out/$f"; done
+[[ -f $out/run/world1/compare_world1.txt ]] && cp "$out/run/world1/compare_world1.txt" "$out/"
+[[ -f $out/run/ctest_gpu.log ]] && cp "$out/run/ctest_gpu.log" "$out/"
+exit 0
