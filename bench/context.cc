@@ -35,8 +35,16 @@ std::string enqueue_call(const BenchContext& ctx, const CallSpec& spec, int rank
 std::string comm_health(const BenchContext& ctx, int rank) {
   arfStatus_t st = arfCommGetAsyncError(ctx.comms[rank]);
   if (st == arfSuccess) return "";
-  return "rank " + std::to_string(rank) + ": " + arfGetStatusString(st) + ": " +
-         arfGetLastErrorString();
+  const std::string detail = arfGetLastErrorString();
+  return detail.empty() ? arfGetStatusString(st) : detail;
+}
+
+std::string first_failed_comm(const BenchContext& ctx) {
+  for (int r = 0; r < ctx.world(); ++r) {
+    std::string why = comm_health(ctx, r);
+    if (!why.empty()) return "rank " + std::to_string(r) + ": " + why;
+  }
+  return "";
 }
 
 }  // namespace arf::bench

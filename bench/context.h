@@ -46,4 +46,8 @@ std::string enqueue_call(const BenchContext& ctx, const CallSpec& spec, int rank
 // expired), or "".
 std::string comm_health(const BenchContext& ctx, int rank);
 
+// From the main thread while the rank threads are idle: the first rank whose communicator has
+// failed, with why, or "". A failed communicator refuses all later work, so the sweep stops there.
+std::string first_failed_comm(const BenchContext& ctx);
+
 }  // namespace arf::bench

@@ -45,6 +45,21 @@ bool RankPool::agree(int rank, bool ok) {
   return all_ok_;
 }
 
+void RankPool::spin_sync() {
+  // The generation is read before arriving, and cannot advance before this thread arrives.
+  const unsigned generation = spin_generation_.load(std::memory_order_acquire);
+  if (spin_arrivals_.fetch_add(1, std::memory_order_acq_rel) + 1 == world()) {
+    spin_arrivals_.store(0, std::memory_order_relaxed);
+    spin_generation_.fetch_add(1, std::memory_order_release);  // publishes the reset too
+    return;
+  }
+  constexpr int kSpinsBeforeYield = 1 << 16;
+  for (int spins = 0; spin_generation_.load(std::memory_order_acquire) == generation; ++spins) {
+    // More ranks than free cores: yield so the last arrival gets to run.
+    if (spins > kSpinsBeforeYield) std::this_thread::yield();
+  }
+}
+
 void RankPool::Completion::operator()() noexcept {
   bool ok = true;
   for (char v : pool->votes_) ok = ok && v;

@@ -7,6 +7,7 @@
 // together instead of leaving peers spinning on a call that will never come.
 #pragma once
 
+#include <atomic>
 #include <barrier>
 #include <condition_variable>
 #include <functional>
@@ -34,6 +35,12 @@ class RankPool {
   // passed ok = true. Every rank must call it the same number of times.
   bool agree(int rank, bool ok);
 
+  // A spinning barrier, for the instant before a timed region: agree() parks threads on a futex,
+  // and waking eight of them one by one skews the ranks' launches by tens of microseconds, which
+  // the peers then spend spinning inside the timed kernels. Call right after agree() returned
+  // true, so every thread is awake and the spin is short. Callable only inside run().
+  void spin_sync();
+
  private:
   struct Completion {
     RankPool* pool;
@@ -53,6 +60,9 @@ class RankPool {
   std::vector<char> votes_;  // votes_[rank], read by the barrier completion
   bool all_ok_ = true;       // written by the completion, read after the barrier
   std::barrier<Completion> barrier_;
+
+  std::atomic<int> spin_arrivals_{0};
+  std::atomic<unsigned> spin_generation_{0};
 };
 
 }  // namespace arf::bench

@@ -22,6 +22,7 @@ std::string format(const char* fmt, double value) {
 
 std::string cell_value(const Cell& c, double value, const char* fmt) {
   if (c.unsupported) return "n/a";
+  if (c.skipped) return "skip";
   if (!c.error.empty()) return "err";
   return format(fmt, value);
 }
@@ -95,7 +96,7 @@ void Report::print_header() const {
 }
 
 void Report::print_allreduce_header() const {
-  std::printf("%33s", "#");
+  std::printf("#%32s", "");
   for (const std::string& c : columns_) std::printf(" %33s", c.c_str());
   std::printf("\n#%11s %13s %6s", "size", "count", "type");
   for (size_t i = 0; i < columns_.size(); ++i) {
@@ -219,7 +220,7 @@ void Report::print_footer() const {
       wrong += std::max<int64_t>(0, c.wrong);
       if (c.unsupported) {
         refused.emplace(c.column, "first at " + where + ": " + c.error);
-      } else if (!c.error.empty()) {
+      } else if (!c.error.empty() && !c.skipped) {
         std::printf("# err   %s at %s: %s\n", c.column.c_str(), where.c_str(), c.error.c_str());
       }
       if (!c.note.empty()) {
@@ -231,6 +232,10 @@ void Report::print_footer() const {
   for (const auto& [column, why] : refused) {
     std::printf("# n/a   %s (refused by the planner) %s\n", column.c_str(), why.c_str());
   }
+  if (!stopped_.empty()) {
+    std::printf("# Sweep stopped, later rows not measured: communicator failed (%s)\n",
+                stopped_.c_str());
+  }
   if (args_.check != 0) {
     std::printf("# Wrong elements: %lld %s\n", static_cast<long long>(wrong),
                 all_passed() ? "OK" : "FAILED");
@@ -241,6 +246,7 @@ void Report::print_footer() const {
 }
 
 bool Report::all_passed() const {
+  if (!stopped_.empty()) return false;
   for (const Row& row : rows_) {
     const RowSummary s = summarize(row, header_.nccl_label);
     if (s.failed || s.wrong > 0) return false;

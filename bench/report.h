@@ -26,6 +26,8 @@ class Report {
 
   void print_header() const;
   void add_row(Row row);  // prints the row and keeps it for the footer and the JSON
+  // Why the sweep ended early ("" when it ran to the end); printed in the footer and the JSON.
+  void set_stopped(std::string why) { stopped_ = std::move(why); }
   void print_footer() const;
   std::string write_json(const std::string& path) const;  // "" or why not
 
@@ -45,6 +47,7 @@ class Report {
   RunHeader header_;
   std::vector<std::string> columns_;
   std::vector<Row> rows_;
+  std::string stopped_;
 };
 
 }  // namespace arf::bench

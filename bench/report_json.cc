@@ -45,7 +45,7 @@ json cell_json(const Cell& c, const Row& row, int world) {
   return {{"column", c.column}, {"time_us", number(c.us)}, {"algbw_gbps", number(algbw)},
           {"busbw_gbps", number(algbw * busbw_factor(world))}, {"wrong", count_or_null(c.wrong)},
           {"chosen_algorithm", c.chosen}, {"plan_reason", c.reason}, {"error", c.error},
-          {"unsupported", c.unsupported}, {"mismatch", c.note}};
+          {"unsupported", c.unsupported}, {"skipped", c.skipped}, {"mismatch", c.note}};
 }
 
 json row_json(const Row& row, const BenchArgs& a, const RunHeader& h) {
@@ -82,7 +82,9 @@ json row_json(const Row& row, const BenchArgs& a, const RunHeader& h) {
 std::string Report::write_json(const std::string& path) const {
   json rows = json::array();
   for (const Row& row : rows_) rows.push_back(row_json(row, args_, header_));
-  const json doc = {{"header", header_json(args_, header_, columns_)}, {"rows", rows}};
+  json header = header_json(args_, header_, columns_);
+  header["stopped"] = stopped_.empty() ? json(nullptr) : json(stopped_);
+  const json doc = {{"header", header}, {"rows", rows}};
   std::ofstream out(path);
   if (!out) return "cannot open " + path + " for writing";
   out << doc.dump(2) << "\n";

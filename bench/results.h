@@ -21,6 +21,7 @@ struct Cell {
   std::string error;          // why there is no time, or why the check could not run
   std::string note;           // first mismatch the check found ("" when none)
   bool unsupported = false;   // the planner refused this (algorithm, shape): n/a, not an error
+  bool skipped = false;       // not run: a communicator had failed earlier in the sweep
 };
 
 struct Row {

@@ -101,8 +101,18 @@ void measure_copy_bandwidth(BenchContext& ctx, RunHeader* header) {
   if (!why.empty()) std::fprintf(stderr, "arfusion-bench: copy bandwidth not measured: %s\n", why.c_str());
 }
 
+Cell skipped_cell(const std::string& column) {
+  Cell cell;
+  cell.column = column;
+  cell.skipped = true;
+  cell.error = "not run: a communicator failed earlier";
+  return cell;
+}
+
+// A failed communicator refuses every later call (arfCommFailed), so after the first failure the
+// row's remaining cells are marked skipped and *stopped says why; the caller ends the sweep.
 Row measure_row(BenchContext& ctx, const NcclBaseline* nccl, CallSpec spec,
-                const TimingConfig& cfg, uint64_t* calls) {
+                const TimingConfig& cfg, uint64_t* calls, std::string* stopped) {
   Row row;
   row.tokens = spec.tokens;
   row.row_elems = spec.row_elems;
@@ -110,9 +120,17 @@ Row measure_row(BenchContext& ctx, const NcclBaseline* nccl, CallSpec spec,
   row.bytes = spec.elems() * static_cast<int64_t>(dtype_size(ctx.args->dtype));
   for (arfAlgorithm_t algo : arf_columns(*ctx.args)) {
     spec.algorithm = algo;
+    if (!stopped->empty()) {
+      row.cells.push_back(skipped_cell(arfAlgorithmName(algo)));
+      continue;
+    }
     row.cells.push_back(measure_algorithm(ctx, spec, cfg, calls));
+    *stopped = first_failed_comm(ctx);
   }
-  if (nccl != nullptr) row.cells.push_back(measure_nccl(ctx, *nccl, spec, cfg));
+  if (nccl != nullptr) {
+    row.cells.push_back(stopped->empty() ? measure_nccl(ctx, *nccl, spec, cfg)
+                                         : skipped_cell(nccl->label()));
+  }
   return row;
 }
 
@@ -147,9 +165,13 @@ int run_bench(const BenchArgs& args) {
   report.print_header();
   const TimingConfig cfg{args.iters, args.warmup_iters, args.graph_replays};
   uint64_t calls = 0;
+  std::string stopped;
   for (const CallSpec& spec : shapes) {
-    report.add_row(measure_row(ctx, header.nccl_label.empty() ? nullptr : &nccl, spec, cfg, &calls));
+    report.add_row(measure_row(ctx, header.nccl_label.empty() ? nullptr : &nccl, spec, cfg, &calls,
+                               &stopped));
+    if (!stopped.empty()) break;
   }
+  report.set_stopped(stopped);
   report.print_footer();
   if (!args.json_path.empty()) {
     why = report.write_json(args.json_path);

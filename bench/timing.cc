@@ -85,6 +85,7 @@ Timing time_collective(RankPool& pool, const std::vector<cudaStream_t>& streams,
     if (why.empty() && health) why = health(rank);
     // The host barrier before the timed region; if any rank failed, nobody starts it.
     if (pool.agree(rank, why.empty())) {
+      pool.spin_sync();
       why = timed_region(rank, stream, enqueue, cfg, exec, &t.rank_us[rank]);
       if (why.empty() && health) why = health(rank);
     }
