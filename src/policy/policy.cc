@@ -1,0 +1,246 @@
+// Policy: feasibility mask -> default thresholds -> choice, in the spirit of NCCL's sym_kernels.cc.
+// Everything here is a pure function of (CallShape, StaticFacts): no timing, no device queries, no
+// per-rank state, so every rank computes the same Plan (design rule 1; vLLM #43616 hung because
+// per-rank launch shapes diverged). block_threads_for_row (declared in launch.h) lives here too so
+// that the planner, the launcher and the CPU tests share one definition that needs no CUDA.
+#include "policy/policy.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "kernels/launch.h"
+
+namespace arf {
+namespace {
+
+constexpr int64_t kKiB = 1024;
+constexpr int64_t kMiB = 1024 * kKiB;
+
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+const char* algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kOneshotLamport: return "oneshot_lamport";
+    case Algorithm::kOneshotPull: return "oneshot_pull";
+    case Algorithm::kTwoshot: return "twoshot";
+    case Algorithm::kUnfused: return "unfused";
+    case Algorithm::kNccl: return "nccl";
+  }
+  return "unknown";
+}
+
+bool world_supported(int world) { return world == 1 || world == 2 || world == 4 || world == 8; }
+
+// Bytes per rank above which one-shot Lamport stops winning on Hopper with NVLink
+// (shared/research/kernel-anchors.md §1 TRT-LLM SM90 table, §3 vLLM SM90 caps, Lessons 1). One-shot
+// moves world x the data of two-shot, so the limit shrinks as the world grows. World 1 never
+// communicates, so any size is "one-shot".
+int64_t oneshot_limit_bytes(int world) {
+  switch (world) {
+    case 2: return 8 * kMiB;
+    case 4: return 1 * kMiB;
+    case 8: return 512 * kKiB;
+    default: return INT64_MAX;
+  }
+}
+
+// "16 KiB", "2.5 MiB", "96 B": reasons are read by people, so sizes are in the unit they think in.
+std::string format_bytes(int64_t bytes) {
+  char buf[32];
+  if (bytes < kKiB) {
+    std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
+  } else if (bytes < kMiB) {
+    if (bytes % kKiB == 0) {
+      std::snprintf(buf, sizeof(buf), "%lld KiB", static_cast<long long>(bytes / kKiB));
+    } else {
+      std::snprintf(buf, sizeof(buf), "%.1f KiB", static_cast<double>(bytes) / kKiB);
+    }
+  } else if (bytes % kMiB == 0) {
+    std::snprintf(buf, sizeof(buf), "%lld MiB", static_cast<long long>(bytes / kMiB));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / kMiB);
+  }
+  return buf;
+}
+
+// Checks shared by every algorithm: the kernels are instantiated for these worlds and row widths only.
+bool shape_feasible(const CallShape& shape, const StaticFacts& facts, std::string* why) {
+  if (!world_supported(facts.world)) {
+    *why = "world " + std::to_string(facts.world) + " is not 1, 2, 4 or 8";
+    return false;
+  }
+  if (shape.row_elems <= 0 || shape.row_elems % kElemsPerVec != 0 ||
+      block_threads_for_row(shape.row_elems) == 0 || shape.row_elems > facts.max_hidden) {
+    *why = "row of " + std::to_string(shape.row_elems) + " elements is not a multiple of 8 in [8, " +
+           std::to_string(std::min<int64_t>(facts.max_hidden, kMaxHidden)) + "]";
+    return false;
+  }
+  if (shape.num_elems < 0 || shape.num_rows < 0 ||
+      shape.num_elems > shape.num_rows * shape.row_elems) {
+    *why = "inconsistent shape: " + std::to_string(shape.num_elems) + " elements in " +
+           std::to_string(shape.num_rows) + " rows of " + std::to_string(shape.row_elems);
+    return false;
+  }
+  return true;
+}
+
+// What auto picks among the fused (single-kernel) algorithms; also the inner all-reduce of unfused.
+Result<Plan> choose_auto(const CallShape& shape, const StaticFacts& facts) {
+  Plan plan;
+  std::string lamport_why;
+  const bool lamport_ok =
+      algorithm_feasible(Algorithm::kOneshotLamport, shape, facts, &lamport_why);
+  if (facts.world == 1 && lamport_ok) {
+    plan.algorithm = Algorithm::kOneshotLamport;
+    plan.reason = "world 1: epilogue only, no communication";
+    return plan;
+  }
+  const int64_t bytes = shape.num_elems * static_cast<int64_t>(dtype_bytes(shape.dtype));
+  const int64_t limit = oneshot_limit_bytes(facts.world);
+  const std::string world_str = " at world " + std::to_string(facts.world);
+  if (lamport_ok && bytes <= limit) {
+    plan.algorithm = Algorithm::kOneshotLamport;
+    plan.reason = "auto: " + format_bytes(bytes) + "/rank <= " + format_bytes(limit) +
+                  " oneshot limit" + world_str;
+    return plan;
+  }
+  const std::string why_not_oneshot =
+      lamport_ok ? format_bytes(bytes) + "/rank > " + format_bytes(limit) + " oneshot limit" + world_str
+                 : "oneshot_lamport infeasible (" + lamport_why + ")";
+  std::string twoshot_why, pull_why;
+  if (algorithm_feasible(Algorithm::kTwoshot, shape, facts, &twoshot_why)) {
+    plan.algorithm = Algorithm::kTwoshot;
+    plan.reason = "auto: " + why_not_oneshot + " -> twoshot";
+    return plan;
+  }
+  if (algorithm_feasible(Algorithm::kOneshotPull, shape, facts, &pull_why)) {
+    plan.algorithm = Algorithm::kOneshotPull;
+    plan.reason = "auto: " + why_not_oneshot + ", twoshot infeasible (" + twoshot_why +
+                  ") -> oneshot_pull";
+    return plan;
+  }
+  return unsupported("no algorithm can run this call: " + why_not_oneshot + "; twoshot: " +
+                     twoshot_why + "; oneshot_pull: " + pull_why);
+}
+
+}  // namespace
+
+int block_threads_for_row(int row_elems) {
+  if (row_elems <= 0) return 0;
+  const int64_t vecs = ceil_div(row_elems, kElemsPerVec);
+  const int64_t threads = std::min<int64_t>(kMaxBlockThreads, round_up(vecs, 32));
+  // Past kMaxHidden a thread would need more than kMaxVecsPerThread vectors (registers it lacks).
+  if (vecs > threads * kMaxVecsPerThread) return 0;
+  return static_cast<int>(threads);
+}
+
+int co_resident_grid_cap(const StaticFacts& facts) {
+  // Spinning CTAs of every rank sharing a device must all be resident at once, or a waiting CTA can
+  // occupy the slot its peer needs and the wait never ends. kernels are built with
+  // __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm), which guarantees kMinCtasPerSm per SM.
+  const int ranks = std::max(1, facts.max_ranks_per_device);
+  const int64_t cap = static_cast<int64_t>(kMinCtasPerSm) * facts.min_sm_count / ranks;
+  return static_cast<int>(std::clamp<int64_t>(cap, 1, kMaxCtas));
+}
+
+bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const StaticFacts& facts,
+                        std::string* why) {
+  std::string local_why;
+  if (why == nullptr) why = &local_why;
+  if (algorithm == Algorithm::kNccl) {
+    *why = "nccl algorithm not built yet";
+    return false;
+  }
+  if (algorithm == Algorithm::kAuto) {
+    *why = "auto is not an algorithm";
+    return false;
+  }
+  if (!shape_feasible(shape, facts, why)) return false;
+  const int64_t capacity_elems = facts.max_tokens * facts.max_hidden;
+  switch (algorithm) {
+    case Algorithm::kOneshotLamport: {
+      const int64_t lamport_elems = facts.oneshot_max_tokens * facts.max_hidden;
+      if (shape.num_elems > lamport_elems) {
+        *why = std::to_string(shape.num_elems) + " elements exceed the Lamport slot of " +
+               std::to_string(lamport_elems) + " (oneshot_max_tokens " +
+               std::to_string(facts.oneshot_max_tokens) + " x max_hidden " +
+               std::to_string(facts.max_hidden) + ")";
+        return false;
+      }
+      return true;
+    }
+    case Algorithm::kOneshotPull:
+    case Algorithm::kTwoshot: {
+      if (shape.num_elems > capacity_elems) {
+        *why = std::to_string(shape.num_elems) + " elements exceed the capacity of " +
+               std::to_string(capacity_elems) + " (max_tokens x max_hidden)";
+        return false;
+      }
+      if (algorithm == Algorithm::kTwoshot) {
+        // The scatter inbox holds, per source, max_tokens rows of the widest part; a call fits if
+        // its rows of its own part width do. Same split as protocol_index.h (twoshot_part_vecs),
+        // restated so the policy stays free of kernel headers.
+        const int64_t part = ceil_div(shape.row_elems / kElemsPerVec, facts.world);
+        const int64_t slot_part = ceil_div(facts.max_hidden / kElemsPerVec, facts.world);
+        if (shape.num_rows * part > facts.max_tokens * slot_part) {
+          *why = std::to_string(shape.num_rows) + " rows exceed the twoshot scatter inbox";
+          return false;
+        }
+      }
+      return true;
+    }
+    case Algorithm::kUnfused: {
+      // Runs the all-reduce auto would choose for a plain all-reduce of this shape.
+      CallShape inner = shape;
+      inner.pattern = Pattern::kAllReduce;
+      inner.requested = Algorithm::kAuto;
+      Result<Plan> inner_plan = choose_auto(inner, facts);
+      if (!inner_plan.is_ok()) *why = inner_plan.status().message();
+      return inner_plan.is_ok();
+    }
+    default:
+      *why = "unknown algorithm " + std::to_string(static_cast<int>(algorithm));
+      return false;
+  }
+}
+
+Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts) {
+  Plan plan;
+  if (shape.requested == Algorithm::kAuto) {
+    Result<Plan> chosen = choose_auto(shape, facts);
+    if (!chosen.is_ok()) return chosen.status();
+    plan = chosen.take();
+  } else {
+    std::string why;
+    if (!algorithm_feasible(shape.requested, shape, facts, &why)) {
+      return unsupported(std::string("forced algorithm ") + algorithm_name(shape.requested) +
+                         " cannot run this call: " + why);
+    }
+    plan.algorithm = shape.requested;
+    plan.forced = true;
+    plan.reason = std::string("forced: ") + algorithm_name(shape.requested);
+  }
+  plan.inner_allreduce = plan.algorithm;
+  plan.num_kernels = 1;
+  if (plan.algorithm == Algorithm::kUnfused) {
+    CallShape inner = shape;
+    inner.pattern = Pattern::kAllReduce;
+    inner.requested = Algorithm::kAuto;
+    Result<Plan> inner_plan = choose_auto(inner, facts);
+    if (!inner_plan.is_ok()) return inner_plan.status();  // excluded by algorithm_feasible
+    plan.inner_allreduce = inner_plan.value().algorithm;
+    // A plain all-reduce has no epilogue, so there is no second kernel to run.
+    plan.num_kernels = shape.pattern == Pattern::kResidualRmsNorm ? 2 : 1;
+    plan.reason += std::string(" (inner ") + algorithm_name(plan.inner_allreduce) + ")";
+  }
+  // One CTA per row at most; every rank derives the same numbers from the same inputs.
+  const int64_t rows = std::max<int64_t>(shape.num_rows, 1);
+  plan.grid = static_cast<int>(std::min<int64_t>(rows, co_resident_grid_cap(facts)));
+  plan.block = block_threads_for_row(shape.row_elems);
+  return plan;
+}
+
+}  // namespace arf

@@ -1,0 +1,301 @@
+// Policy decisions on topology fixtures, dispatch boundaries, forced algorithms, launch shapes and
+// the rank-symmetry / determinism invariants (design rule 1), plus the cross-check that every plan
+// the policy calls feasible fits in the workspace that workspace_layout sizes.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "kernels/launch.h"
+#include "policy/policy.h"
+#include "transport/workspace.h"
+
+namespace arf {
+namespace {
+
+StaticFacts facts_for(int world, int ranks_per_device = 1, int64_t max_tokens = 1024,
+                      int64_t max_hidden = 8192, int64_t oneshot_max_tokens = 0) {
+  StaticFacts f;
+  f.world = world;
+  f.dtype = DType::kBf16;
+  f.max_tokens = max_tokens;
+  f.max_hidden = max_hidden;
+  f.oneshot_max_tokens = oneshot_max_tokens ? oneshot_max_tokens : max_tokens;
+  f.min_sm_count = 132;  // H100 SXM / H200
+  f.max_ranks_per_device = ranks_per_device;
+  return f;
+}
+
+CallShape fused(int64_t tokens, int hidden, Algorithm requested = Algorithm::kAuto,
+                Pattern pattern = Pattern::kResidualRmsNorm) {
+  CallShape s;
+  s.pattern = pattern;
+  s.requested = requested;
+  s.dtype = DType::kBf16;
+  s.num_elems = tokens * hidden;
+  s.row_elems = hidden;
+  s.num_rows = tokens;
+  return s;
+}
+
+Plan plan_ok(const CallShape& shape, const StaticFacts& facts) {
+  Result<Plan> r = make_plan(shape, facts);
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return r.is_ok() ? r.value() : Plan{};
+}
+
+TEST(BlockThreads, HiddenSizesOfRealModels) {
+  EXPECT_EQ(block_threads_for_row(2048), 256);
+  EXPECT_EQ(block_threads_for_row(2880), 384);  // 360 vectors, rounded up to whole warps
+  EXPECT_EQ(block_threads_for_row(4096), 512);
+  EXPECT_EQ(block_threads_for_row(5120), 512);  // 640 vectors: 2 per thread for some
+  EXPECT_EQ(block_threads_for_row(7168), 512);
+  EXPECT_EQ(block_threads_for_row(8192), 512);
+  EXPECT_EQ(block_threads_for_row(16384), 512);  // exactly kMaxVecsPerThread per thread
+}
+
+TEST(BlockThreads, EdgesAndInfeasible) {
+  EXPECT_EQ(block_threads_for_row(8), 32);
+  EXPECT_EQ(block_threads_for_row(264), 64);
+  EXPECT_EQ(block_threads_for_row(kMaxHidden + 8), 0);
+  EXPECT_EQ(block_threads_for_row(0), 0);
+  EXPECT_EQ(block_threads_for_row(-8), 0);
+}
+
+TEST(GridCap, CoResidencyAcrossVirtualRanks) {
+  EXPECT_EQ(co_resident_grid_cap(facts_for(8, 1)), 264);
+  EXPECT_EQ(co_resident_grid_cap(facts_for(8, 8)), 33);
+  EXPECT_EQ(co_resident_grid_cap(facts_for(4, 4)), 66);
+  StaticFacts tiny = facts_for(8, 8);
+  tiny.min_sm_count = 1;  // 2 / 8 rounds to 0: still one CTA
+  EXPECT_EQ(co_resident_grid_cap(tiny), 1);
+  StaticFacts huge = facts_for(2, 1);
+  huge.min_sm_count = 1000;
+  EXPECT_EQ(co_resident_grid_cap(huge), kMaxCtas);
+}
+
+TEST(Auto, WorldOneIsEpilogueOnly) {
+  const Plan p = plan_ok(fused(1000, 8192), facts_for(1));
+  EXPECT_EQ(p.algorithm, Algorithm::kOneshotLamport);
+  EXPECT_EQ(p.reason, "world 1: epilogue only, no communication");
+  EXPECT_FALSE(p.forced);
+}
+
+TEST(Auto, ReasonNamesSizeAndLimit) {
+  const Plan p = plan_ok(fused(1, 8192), facts_for(8));
+  EXPECT_EQ(p.algorithm, Algorithm::kOneshotLamport);
+  EXPECT_EQ(p.reason, "auto: 16 KiB/rank <= 512 KiB oneshot limit at world 8");
+}
+
+struct Boundary {
+  int world;
+  int64_t last_oneshot_tokens;  // at hidden 8192 bf16 (16 KiB per token)
+};
+
+class AutoBoundary : public ::testing::TestWithParam<Boundary> {};
+
+TEST_P(AutoBoundary, OneshotUpToLimitTwoshotAbove) {
+  const auto [world, tokens] = GetParam();
+  for (int per_device : {1, world}) {  // one rank per GPU, or all ranks on one GPU
+    const StaticFacts f = facts_for(world, per_device);
+    const Plan at = plan_ok(fused(tokens, 8192), f);
+    EXPECT_EQ(at.algorithm, Algorithm::kOneshotLamport) << at.reason;
+    const Plan above = plan_ok(fused(tokens + 1, 8192), f);
+    EXPECT_EQ(above.algorithm, Algorithm::kTwoshot) << above.reason;
+    EXPECT_NE(above.reason.find("> "), std::string::npos) << above.reason;
+    // The same limit in elements, one vector each side, as a flat all-reduce.
+    const int64_t limit_elems = tokens * 8192;
+    CallShape flat = fused(1, 8192, Algorithm::kAuto, Pattern::kAllReduce);
+    flat.num_elems = limit_elems;
+    flat.num_rows = tokens;
+    EXPECT_EQ(plan_ok(flat, f).algorithm, Algorithm::kOneshotLamport);
+    flat.num_elems = limit_elems + 8;
+    flat.num_rows = tokens + 1;
+    EXPECT_EQ(plan_ok(flat, f).algorithm, Algorithm::kTwoshot);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Hopper, AutoBoundary,
+                         ::testing::Values(Boundary{2, 512}, Boundary{4, 64}, Boundary{8, 32}),
+                         [](const auto& info) { return "ws" + std::to_string(info.param.world); });
+
+TEST(Auto, LamportCapacityFallsBackToTwoshot) {
+  const StaticFacts f = facts_for(8, 1, 1024, 1024, /*oneshot_max_tokens=*/16);
+  EXPECT_EQ(plan_ok(fused(16, 1024), f).algorithm, Algorithm::kOneshotLamport);
+  const Plan p = plan_ok(fused(17, 1024), f);  // 34 KiB: under the size limit, over the slot
+  EXPECT_EQ(p.algorithm, Algorithm::kTwoshot);
+  EXPECT_NE(p.reason.find("oneshot_lamport infeasible"), std::string::npos) << p.reason;
+}
+
+TEST(Forced, FeasibleIsHonoured) {
+  const StaticFacts f = facts_for(4);
+  for (Algorithm a : {Algorithm::kOneshotLamport, Algorithm::kOneshotPull, Algorithm::kTwoshot}) {
+    const Plan p = plan_ok(fused(256, 4096, a), f);
+    EXPECT_EQ(p.algorithm, a);
+    EXPECT_EQ(p.inner_allreduce, a);
+    EXPECT_EQ(p.num_kernels, 1);
+    EXPECT_TRUE(p.forced);
+  }
+}
+
+TEST(Forced, InfeasibleIsUnsupportedWithTheWhy) {
+  const StaticFacts f = facts_for(8, 1, 1024, 8192, /*oneshot_max_tokens=*/64);
+  Result<Plan> r = make_plan(fused(65, 8192, Algorithm::kOneshotLamport), f);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), arfUnsupported);
+  EXPECT_NE(r.status().message().find("forced algorithm oneshot_lamport"), std::string::npos);
+  EXPECT_NE(r.status().message().find("Lamport slot"), std::string::npos);
+
+  r = make_plan(fused(1, 8192, Algorithm::kNccl), f);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), arfUnsupported);
+  EXPECT_NE(r.status().message().find("nccl algorithm not built yet"), std::string::npos);
+
+  r = make_plan(fused(1025, 8192, Algorithm::kTwoshot), f);  // over max_tokens x max_hidden
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), arfUnsupported);
+  EXPECT_NE(r.status().message().find("capacity"), std::string::npos);
+}
+
+TEST(Forced, UnsupportedWorldSize) {
+  StaticFacts f = facts_for(3);
+  std::string why;
+  EXPECT_FALSE(algorithm_feasible(Algorithm::kTwoshot, fused(1, 4096), f, &why));
+  EXPECT_NE(why.find("world 3"), std::string::npos);
+  Result<Plan> r = make_plan(fused(1, 4096), f);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), arfUnsupported);
+}
+
+TEST(Unfused, InnerIsWhatAutoPicksForAPlainAllReduce) {
+  const StaticFacts f = facts_for(8);
+  const Plan small = plan_ok(fused(4, 4096, Algorithm::kUnfused), f);
+  EXPECT_EQ(small.algorithm, Algorithm::kUnfused);
+  EXPECT_EQ(small.inner_allreduce, Algorithm::kOneshotLamport);
+  EXPECT_EQ(small.num_kernels, 2);
+  EXPECT_TRUE(small.forced);
+  const Plan big = plan_ok(fused(512, 4096, Algorithm::kUnfused), f);
+  EXPECT_EQ(big.inner_allreduce, Algorithm::kTwoshot);
+  // A plain all-reduce has no epilogue kernel.
+  EXPECT_EQ(plan_ok(fused(4, 4096, Algorithm::kUnfused, Pattern::kAllReduce), f).num_kernels, 1);
+}
+
+TEST(Grid, OneCtaPerRowUpToTheCap) {
+  EXPECT_EQ(plan_ok(fused(1, 4096), facts_for(8, 8)).grid, 1);
+  EXPECT_EQ(plan_ok(fused(20, 4096), facts_for(8, 8)).grid, 20);
+  EXPECT_EQ(plan_ok(fused(1000, 4096), facts_for(8, 8)).grid, 33);
+  EXPECT_EQ(plan_ok(fused(1000, 4096), facts_for(8, 1)).grid, 264);
+  EXPECT_EQ(plan_ok(fused(0, 4096), facts_for(8, 1)).grid, 1);  // no-op calls still plan
+}
+
+// Fuzz: random communicators and shapes. For each, the plan is computed as every rank would (from
+// its own copy of the agreed facts) and must be identical; invariants on feasibility, grid, block
+// and workspace capacity must hold.
+TEST(Symmetry, RandomShapesDeterministicAndWithinLimits) {
+  std::mt19937_64 rng(20261129);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int worlds[] = {1, 2, 4, 8};
+  int planned = 0;
+  for (int iter = 0; iter < 10000; ++iter) {
+    const int world = worlds[pick(0, 3)];
+    const int per_device = static_cast<int>(pick(0, 1) ? world : 1);
+    const int64_t max_tokens = pick(1, 4096);
+    const int64_t max_hidden = pick(1, kMaxHidden / 8) * 8;
+    StaticFacts f = facts_for(world, per_device, max_tokens, max_hidden, pick(1, max_tokens));
+    f.min_sm_count = static_cast<int>(pick(1, 200));
+    f.dtype = pick(0, 1) ? DType::kFp16 : DType::kBf16;
+    CallShape s = fused(pick(0, max_tokens), static_cast<int>(pick(1, max_hidden / 8) * 8),
+                        static_cast<Algorithm>(pick(0, 5)),
+                        pick(0, 1) ? Pattern::kAllReduce : Pattern::kResidualRmsNorm);
+    s.dtype = f.dtype;
+
+    const Result<Plan> first = make_plan(s, f);
+    for (int rank = 1; rank < world; ++rank) {
+      const StaticFacts facts_copy = f;
+      const CallShape shape_copy = s;
+      const Result<Plan> other = make_plan(shape_copy, facts_copy);
+      ASSERT_EQ(other.is_ok(), first.is_ok());
+      if (!first.is_ok()) {
+        ASSERT_EQ(other.status().message(), first.status().message());
+        continue;
+      }
+      const Plan& a = first.value();
+      const Plan& b = other.value();
+      ASSERT_TRUE(a.algorithm == b.algorithm && a.inner_allreduce == b.inner_allreduce &&
+                  a.grid == b.grid && a.block == b.block && a.num_kernels == b.num_kernels &&
+                  a.forced == b.forced && a.reason == b.reason);
+    }
+    if (!first.is_ok()) {
+      ASSERT_EQ(first.status().code(), arfUnsupported);
+      ASSERT_NE(s.requested, Algorithm::kAuto) << first.status().message();
+      continue;
+    }
+    ++planned;
+    const Plan& p = first.value();
+    ASSERT_NE(p.algorithm, Algorithm::kAuto);
+    ASSERT_NE(p.inner_allreduce, Algorithm::kAuto);
+    ASSERT_GE(p.grid, 1);
+    ASSERT_LE(p.grid, co_resident_grid_cap(f));
+    ASSERT_LE(p.grid, std::max<int64_t>(s.num_rows, 1));
+    ASSERT_EQ(p.block, block_threads_for_row(s.row_elems));
+    ASSERT_TRUE(algorithm_feasible(p.inner_allreduce, s, f, nullptr));
+
+    // Whatever runs must fit in the regions workspace.cc allocates for this communicator.
+    Result<WorkspaceLayout> layout =
+        workspace_layout(world, f.dtype, max_tokens, max_hidden, f.oneshot_max_tokens);
+    ASSERT_TRUE(layout.is_ok());
+    const WorkspaceLayout& l = layout.value();
+    switch (p.inner_allreduce) {
+      case Algorithm::kOneshotLamport: ASSERT_LE(s.num_elems, l.lamport_slot_elems); break;
+      case Algorithm::kOneshotPull: ASSERT_LE(s.num_elems, l.capacity_elems); break;
+      case Algorithm::kTwoshot: {
+        const int64_t part = (s.row_elems / 8 + world - 1) / world * 8;
+        ASSERT_LE(s.num_rows * part, l.scatter_slot_elems);
+        ASSERT_LE(s.num_elems, l.capacity_elems);
+        break;
+      }
+      default: FAIL() << "unexpected inner algorithm";
+    }
+  }
+  EXPECT_GT(planned, 5000);
+}
+
+TEST(WorkspaceLayout, SixtyFourBitSizesAndAlignedDisjointRegions) {
+  // The FlashInfer overflow case: max_token 131072 — here with max_hidden 16384 and world 8.
+  Result<WorkspaceLayout> r = workspace_layout(8, DType::kBf16, 131072, 16384, 131072);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const WorkspaceLayout& l = r.value();
+  EXPECT_EQ(l.lamport_slot_elems, int64_t{131072} * 16384);
+  EXPECT_EQ(l.scatter_slot_elems, int64_t{131072} * 2048);
+  EXPECT_GT(l.total_bytes, int64_t{1} << 32);
+  const int64_t offsets[] = {l.ctrl_offset,    l.flags_offset,   l.lamport_offset,
+                             l.pull_offset,    l.scatter_offset, l.gather_offset};
+  const int64_t sizes[] = {static_cast<int64_t>(sizeof(ControlBlock)),
+                           int64_t{kMaxCtas} * kMaxRanks * 4, l.lamport_elems() * 2,
+                           l.capacity_elems * 2, l.scatter_slot_elems * 8 * 2,
+                           l.capacity_elems * 2};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(offsets[i] % kWorkspaceAlignBytes, 0) << i;
+    if (i > 0) EXPECT_GE(offsets[i], offsets[i - 1] + sizes[i - 1]) << i;
+  }
+  EXPECT_LE(offsets[5] + sizes[5], l.total_bytes);
+
+  Result<WorkspaceLayout> overflow =
+      workspace_layout(8, DType::kBf16, int64_t{1} << 50, 16384, int64_t{1} << 50);
+  ASSERT_FALSE(overflow.is_ok());
+  EXPECT_EQ(overflow.status().code(), arfInvalidArgument);
+  EXPECT_NE(overflow.status().message().find("overflows"), std::string::npos);
+}
+
+TEST(WorkspaceLayout, TwoshotPartsRoundUpPerRank) {
+  // hidden 2880 = 360 vectors over 8 ranks = 45 vectors each; over 4096 tokens.
+  Result<WorkspaceLayout> r = workspace_layout(8, DType::kFp16, 4096, 2880, 128);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r.value().scatter_slot_elems, int64_t{4096} * 45 * 8);
+  EXPECT_EQ(r.value().lamport_slot_elems, int64_t{128} * 2880);
+}
+
+}  // namespace
+}  // namespace arf
