@@ -1,0 +1,254 @@
+// Argument validation (see validate.h). Every message names the argument and the values involved,
+// because the caller usually sees only arfGetLastErrorString().
+#include "core/validate.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel_params.h"
+
+namespace arf {
+namespace {
+
+constexpr uintptr_t kAlignBytes = 16;
+
+const char* dtype_name(int dtype) {
+  switch (dtype) {
+    case arfBFloat16: return "bf16";
+    case arfFloat16: return "fp16";
+    case arfFloat32: return "fp32";
+  }
+  return "invalid";
+}
+
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%" PRIxPTR, reinterpret_cast<uintptr_t>(p));
+  return buf;
+}
+
+// A tensor the call touches: [ptr, ptr + bytes).
+struct Range {
+  const char* name;
+  const void* ptr;
+  uint64_t bytes;
+  bool is_output;
+};
+
+std::string describe(const Range& r) {
+  return std::string(r.name) + " [" + hex(r.ptr) + ", +" + std::to_string(r.bytes) + " bytes)";
+}
+
+bool overlaps(const Range& a, const Range& b) {
+  const uintptr_t a0 = reinterpret_cast<uintptr_t>(a.ptr), b0 = reinterpret_cast<uintptr_t>(b.ptr);
+  return a0 < b0 + b.bytes && b0 < a0 + a.bytes;
+}
+
+// The in-place forms the kernels support: each output element is written only after the aliased
+// input element at the same index has been read by this rank (and pushed/copied for peers).
+bool legal_alias(const Range& out, const Range& other) {
+  const std::string o = out.name, x = other.name;
+  return (o == "allreduce_out" && x == "input") || (o == "residual_out" && x == "residual_in") ||
+         (o == "norm_out" && x == "input");
+}
+
+Status check_pointers(const std::vector<Range>& ranges, const char* pattern) {
+  for (const Range& r : ranges) {
+    if (r.ptr == nullptr) {
+      return invalid_argument(std::string(r.name) + " is NULL (required by pattern " + pattern + ")");
+    }
+    if (reinterpret_cast<uintptr_t>(r.ptr) % kAlignBytes != 0) {
+      return invalid_argument(std::string(r.name) + " " + hex(r.ptr) +
+                              " is not 16-byte aligned (the kernels move 16-byte vectors)");
+    }
+  }
+  return Status::ok();
+}
+
+// Every output must be disjoint from every other tensor, except the exact legal aliases.
+Status check_aliasing(const std::vector<Range>& ranges) {
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    for (size_t j = 0; j < ranges.size(); ++j) {
+      const Range& out = ranges[i];
+      const Range& other = ranges[j];
+      if (i == j || !out.is_output || (other.is_output && j < i)) continue;
+      if (!overlaps(out, other)) continue;
+      if (legal_alias(out, other) && out.ptr == other.ptr) continue;
+      std::string msg = "illegal aliasing: " + describe(out) + " overlaps " + describe(other);
+      if (legal_alias(out, other)) {
+        msg += std::string(" (only exact equality ") + out.name + " == " + other.name +
+               " is allowed)";
+      }
+      return invalid_argument(msg);
+    }
+  }
+  return Status::ok();
+}
+
+Status check_devices(const std::vector<Range>& ranges, int device, const PointerCheck& check) {
+  if (!check) return Status::ok();
+  for (const Range& r : ranges) ARF_RETURN_IF_ERROR(check(r.ptr, r.name, device));
+  return Status::ok();
+}
+
+Status check_header(const arfFusedArgs_t& a, const StaticFacts& facts) {
+  if (a.struct_size != sizeof(arfFusedArgs_t)) {
+    return invalid_argument("args->struct_size is " + std::to_string(a.struct_size) + ", expected " +
+                            std::to_string(sizeof(arfFusedArgs_t)) +
+                            " (initialise args with arfFusedArgsInit)");
+  }
+  if (a.version < 1 || a.version > ARF_API_VERSION) {
+    return invalid_argument("args->version is " + std::to_string(a.version) +
+                            ", this library supports API version " +
+                            std::to_string(ARF_API_VERSION));
+  }
+  if (a.pattern != arfPatternAllReduce && a.pattern != arfPatternResidualRmsNorm) {
+    return invalid_argument("args->pattern " + std::to_string(static_cast<int>(a.pattern)) +
+                            " is not a valid arfPattern_t");
+  }
+  if (static_cast<int>(a.algorithm) < arfAlgoAuto || static_cast<int>(a.algorithm) > arfAlgoNccl) {
+    return invalid_argument("args->algorithm " + std::to_string(static_cast<int>(a.algorithm)) +
+                            " is not a valid arfAlgorithm_t");
+  }
+  if (a.dtype != arfBFloat16 && a.dtype != arfFloat16) {
+    return invalid_argument("args->dtype " + std::to_string(static_cast<int>(a.dtype)) + " (" +
+                            dtype_name(a.dtype) + ") is not an activation dtype (bf16 or fp16)");
+  }
+  if (static_cast<int>(a.dtype) != static_cast<int>(facts.dtype)) {
+    return invalid_argument(std::string("dtype mismatch: call ") + dtype_name(a.dtype) +
+                            ", communicator " + dtype_name(static_cast<int>(facts.dtype)));
+  }
+  return Status::ok();
+}
+
+Status check_shape(const arfFusedArgs_t& a, const StaticFacts& facts) {
+  const int64_t max_hidden = std::min<int64_t>(facts.max_hidden, kMaxHidden);
+  if (a.hidden % kElemsPerVec != 0) {
+    return invalid_argument("hidden " + std::to_string(a.hidden) +
+                            " is not a multiple of 8 (16-byte rows)");
+  }
+  if (a.hidden < static_cast<size_t>(kElemsPerVec) || a.hidden > static_cast<size_t>(max_hidden)) {
+    return invalid_argument("hidden " + std::to_string(a.hidden) + " is outside [8, " +
+                            std::to_string(max_hidden) + "] (communicator max_hidden " +
+                            std::to_string(facts.max_hidden) + ")");
+  }
+  if (a.num_tokens > static_cast<size_t>(facts.max_tokens)) {
+    return invalid_argument("num_tokens " + std::to_string(a.num_tokens) +
+                            " exceeds the communicator's max_tokens " +
+                            std::to_string(facts.max_tokens));
+  }
+  return Status::ok();
+}
+
+Status check_epilogue(const arfFusedArgs_t& a) {
+  if (a.gamma_dtype != a.dtype && a.gamma_dtype != arfFloat32) {
+    return invalid_argument(std::string("gamma_dtype ") + dtype_name(a.gamma_dtype) +
+                            " must be the activation dtype " + dtype_name(a.dtype) + " or fp32");
+  }
+  if (!std::isfinite(a.eps) || a.eps < 0.0f) {
+    return invalid_argument("eps " + std::to_string(a.eps) + " must be finite and >= 0");
+  }
+  if (a.gamma_plus_one != 0 && a.gamma_plus_one != 1) {
+    return invalid_argument("gamma_plus_one " + std::to_string(a.gamma_plus_one) +
+                            " must be 0 or 1");
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+PointerCheck cuda_pointer_check() {
+  return [](const void* ptr, const char* name, int device) -> Status {
+    cudaPointerAttributes attr{};
+    const cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky; keep it from surfacing in a later launch check
+      return invalid_argument(std::string(name) + " " + hex(ptr) +
+                              " is not a CUDA pointer: " + cudaGetErrorString(err));
+    }
+    switch (attr.type) {
+      case cudaMemoryTypeDevice:
+        if (attr.device == device) return Status::ok();
+        return invalid_argument(std::string(name) + " " + hex(ptr) + " is memory of device " +
+                                std::to_string(attr.device) + ", the communicator is on device " +
+                                std::to_string(device));
+      case cudaMemoryTypeManaged:
+        return Status::ok();
+      case cudaMemoryTypeHost:
+        if (attr.devicePointer == ptr) return Status::ok();
+        return invalid_argument(std::string(name) + " " + hex(ptr) +
+                                " is pinned host memory that is not mapped at the same address "
+                                "on the device (pass the cudaHostGetDevicePointer address)");
+      default:
+        return invalid_argument(std::string(name) + " " + hex(ptr) +
+                                " is unregistered host memory, not accessible from device " +
+                                std::to_string(device));
+    }
+  };
+}
+
+Status validate(const arfFusedArgs_t& a, const StaticFacts& facts, int device,
+                const PointerCheck& check) {
+  ARF_RETURN_IF_ERROR(check_header(a, facts));
+  ARF_RETURN_IF_ERROR(check_shape(a, facts));
+  if (a.num_tokens == 0) return Status::ok();
+
+  const uint64_t tensor_bytes = static_cast<uint64_t>(a.num_tokens) * a.hidden * 2;
+  std::vector<Range> ranges;
+  const char* pattern = "allreduce";
+  if (a.pattern == arfPatternAllReduce) {
+    ranges = {{"input", a.input, tensor_bytes, false},
+              {"allreduce_out", a.allreduce_out, tensor_bytes, true}};
+  } else {
+    pattern = "residual_rmsnorm";
+    ARF_RETURN_IF_ERROR(check_epilogue(a));
+    const uint64_t gamma_bytes = a.hidden * (a.gamma_dtype == arfFloat32 ? 4 : 2);
+    ranges = {{"input", a.input, tensor_bytes, false},
+              {"residual_in", a.residual_in, tensor_bytes, false},
+              {"gamma", a.gamma, gamma_bytes, false},
+              {"residual_out", a.residual_out, tensor_bytes, true},
+              {"norm_out", a.norm_out, tensor_bytes, true}};
+  }
+  ARF_RETURN_IF_ERROR(check_pointers(ranges, pattern));
+  ARF_RETURN_IF_ERROR(check_aliasing(ranges));
+  return check_devices(ranges, device, check);
+}
+
+Status validate_allreduce(size_t count, arfDataType_t dtype, const void* in, const void* out,
+                          const StaticFacts& facts, int device, const PointerCheck& check) {
+  if (dtype != arfBFloat16 && dtype != arfFloat16) {
+    return invalid_argument("dtype " + std::to_string(static_cast<int>(dtype)) + " (" +
+                            dtype_name(dtype) + ") is not an activation dtype (bf16 or fp16)");
+  }
+  if (static_cast<int>(dtype) != static_cast<int>(facts.dtype)) {
+    return invalid_argument(std::string("dtype mismatch: call ") + dtype_name(dtype) +
+                            ", communicator " + dtype_name(static_cast<int>(facts.dtype)));
+  }
+  if (count % kElemsPerVec != 0) {
+    return invalid_argument("count " + std::to_string(count) +
+                            " is not a multiple of 8 (16-byte vectors)");
+  }
+  const uint64_t capacity = static_cast<uint64_t>(facts.max_tokens) * facts.max_hidden;
+  if (count > capacity) {
+    return invalid_argument("count " + std::to_string(count) + " exceeds the capacity " +
+                            std::to_string(capacity) + " (max_tokens " +
+                            std::to_string(facts.max_tokens) + " x max_hidden " +
+                            std::to_string(facts.max_hidden) + ")");
+  }
+  if (count == 0) return Status::ok();
+  const uint64_t bytes = static_cast<uint64_t>(count) * 2;
+  const std::vector<Range> ranges = {{"input", in, bytes, false},
+                                     {"allreduce_out", out, bytes, true}};
+  ARF_RETURN_IF_ERROR(check_pointers(ranges, "allreduce"));
+  ARF_RETURN_IF_ERROR(check_aliasing(ranges));
+  return check_devices(ranges, device, check);
+}
+
+}  // namespace arf

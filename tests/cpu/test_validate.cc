@@ -1,0 +1,269 @@
+// Host-side validation: every rule of validate.h, each asserting the status code AND a substring
+// of the message (the message is what a user sees). Pointers are fabricated addresses that are
+// never dereferenced; device residency goes through an injected PointerCheck, so no GPU is needed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "core/validate.h"
+
+namespace arf {
+namespace {
+
+constexpr int kTokens = 16;
+constexpr int kHidden = 4096;
+constexpr uint64_t kTensorBytes = uint64_t{kTokens} * kHidden * 2;
+
+void* addr(uint64_t a) { return reinterpret_cast<void*>(static_cast<uintptr_t>(a)); }
+
+// Each tensor in its own 1 MiB-spaced range, far apart, all 256-byte aligned.
+constexpr uint64_t kInput = 0x10000000, kResidualIn = 0x20000000, kGamma = 0x30000000,
+                   kResidualOut = 0x40000000, kNormOut = 0x50000000, kArOut = 0x60000000;
+// Memory that the injected check says lives on another device.
+constexpr uint64_t kForeignBase = 0x70000000;
+
+class Validate : public ::testing::Test {
+ protected:
+  Validate() {
+    facts_.world = 4;
+    facts_.dtype = DType::kBf16;
+    facts_.max_tokens = 128;
+    facts_.max_hidden = 8192;
+    facts_.oneshot_max_tokens = 128;
+    arfFusedArgsInit(&args_);
+    args_.num_tokens = kTokens;
+    args_.hidden = kHidden;
+    args_.input = addr(kInput);
+    args_.residual_in = addr(kResidualIn);
+    args_.gamma = addr(kGamma);
+    args_.residual_out = addr(kResidualOut);
+    args_.norm_out = addr(kNormOut);
+    args_.allreduce_out = addr(kArOut);
+    check_ = [](const void* p, const char* name, int device) -> Status {
+      if (reinterpret_cast<uintptr_t>(p) >= kForeignBase) {
+        return invalid_argument(std::string(name) + " is memory of device 1, the communicator is on device " +
+                                std::to_string(device));
+      }
+      return Status::ok();
+    };
+  }
+
+  Status run() const { return validate(args_, facts_, /*device=*/0, check_); }
+
+  void expect_error(arfStatus_t code, const std::string& substring) const {
+    const Status s = run();
+    EXPECT_EQ(s.code(), code) << s.message();
+    EXPECT_NE(s.message().find(substring), std::string::npos)
+        << "message: " << s.message() << "\nexpected to contain: " << substring;
+  }
+
+  StaticFacts facts_;
+  arfFusedArgs_t args_{};
+  PointerCheck check_;
+};
+
+TEST_F(Validate, WellFormedCallsPass) {
+  EXPECT_TRUE(run().is_ok()) << run().message();
+  args_.pattern = arfPatternAllReduce;
+  EXPECT_TRUE(run().is_ok()) << run().message();
+  args_.num_tokens = 0;  // a no-op: pointers not even looked at
+  args_.input = nullptr;
+  EXPECT_TRUE(run().is_ok()) << run().message();
+}
+
+TEST_F(Validate, StructHeader) {
+  args_.struct_size = 12;
+  expect_error(arfInvalidArgument, "struct_size is 12");
+  args_.struct_size = sizeof(arfFusedArgs_t);
+  args_.version = 99;
+  expect_error(arfInvalidArgument, "version is 99");
+}
+
+TEST_F(Validate, EnumRanges) {
+  args_.pattern = static_cast<arfPattern_t>(7);
+  expect_error(arfInvalidArgument, "pattern 7");
+  args_.pattern = arfPatternResidualRmsNorm;
+  args_.algorithm = static_cast<arfAlgorithm_t>(42);
+  expect_error(arfInvalidArgument, "algorithm 42");
+  args_.algorithm = arfAlgoAuto;
+  args_.dtype = arfFloat32;
+  expect_error(arfInvalidArgument, "not an activation dtype");
+}
+
+TEST_F(Validate, DtypeMismatch) {
+  args_.dtype = arfFloat16;
+  args_.gamma_dtype = arfFloat16;
+  expect_error(arfInvalidArgument, "dtype mismatch: call fp16, communicator bf16");
+}
+
+TEST_F(Validate, HiddenAndCapacity) {
+  args_.hidden = 4100;
+  expect_error(arfInvalidArgument, "hidden 4100 is not a multiple of 8");
+  args_.hidden = 8200;
+  expect_error(arfInvalidArgument, "hidden 8200 is outside [8, 8192]");
+  args_.hidden = 0;
+  expect_error(arfInvalidArgument, "hidden 0 is outside");
+  args_.hidden = kHidden;
+  args_.num_tokens = 129;
+  expect_error(arfInvalidArgument, "num_tokens 129 exceeds the communicator's max_tokens 128");
+  facts_.max_hidden = 32768;  // never beyond what the kernels are built for
+  args_.num_tokens = 1;
+  args_.hidden = 16392;
+  expect_error(arfInvalidArgument, "outside [8, 16384]");
+}
+
+TEST_F(Validate, NullPointersPerPattern) {
+  args_.gamma = nullptr;
+  expect_error(arfInvalidArgument, "gamma is NULL (required by pattern residual_rmsnorm)");
+  args_.gamma = addr(kGamma);
+  args_.residual_out = nullptr;
+  expect_error(arfInvalidArgument, "residual_out is NULL");
+  args_.pattern = arfPatternAllReduce;  // residual tensors are not used by this pattern
+  EXPECT_TRUE(run().is_ok());
+  args_.allreduce_out = nullptr;
+  expect_error(arfInvalidArgument, "allreduce_out is NULL (required by pattern allreduce)");
+  args_.allreduce_out = addr(kArOut);
+  args_.input = nullptr;
+  expect_error(arfInvalidArgument, "input is NULL");
+}
+
+TEST_F(Validate, Misaligned) {
+  args_.residual_in = addr(kResidualIn + 8);
+  expect_error(arfInvalidArgument, "residual_in 0x20000008 is not 16-byte aligned");
+  args_.residual_in = addr(kResidualIn);
+  args_.gamma = addr(kGamma + 4);
+  expect_error(arfInvalidArgument, "gamma 0x30000004 is not 16-byte aligned");
+}
+
+TEST_F(Validate, GammaDtypeEpsAndGemmaFlag) {
+  args_.gamma_dtype = arfFloat16;
+  expect_error(arfInvalidArgument, "gamma_dtype fp16 must be the activation dtype bf16 or fp32");
+  args_.gamma_dtype = arfFloat32;
+  EXPECT_TRUE(run().is_ok());
+  args_.eps = std::numeric_limits<float>::quiet_NaN();
+  expect_error(arfInvalidArgument, "must be finite and >= 0");
+  args_.eps = -1e-6f;
+  expect_error(arfInvalidArgument, "must be finite and >= 0");
+  args_.eps = 0.0f;
+  EXPECT_TRUE(run().is_ok());
+  args_.gamma_plus_one = 2;
+  expect_error(arfInvalidArgument, "gamma_plus_one 2 must be 0 or 1");
+}
+
+TEST_F(Validate, LegalAliasingAccepted) {
+  args_.residual_out = const_cast<void*>(args_.residual_in);
+  args_.norm_out = const_cast<void*>(args_.input);
+  EXPECT_TRUE(run().is_ok()) << run().message();
+  args_.pattern = arfPatternAllReduce;
+  args_.allreduce_out = const_cast<void*>(args_.input);
+  EXPECT_TRUE(run().is_ok()) << run().message();
+}
+
+TEST_F(Validate, IllegalFullAliasing) {
+  args_.norm_out = const_cast<void*>(args_.residual_in);
+  expect_error(arfInvalidArgument, "illegal aliasing: norm_out");
+  expect_error(arfInvalidArgument, "overlaps residual_in");
+  args_.norm_out = addr(kNormOut);
+  args_.residual_out = const_cast<void*>(args_.input);
+  expect_error(arfInvalidArgument, "residual_out [0x10000000");
+  args_.residual_out = addr(kNormOut);  // two outputs on one buffer
+  expect_error(arfInvalidArgument, "residual_out [0x50000000, +131072 bytes) overlaps norm_out");
+}
+
+TEST_F(Validate, IllegalPartialOverlap) {
+  // A legal pair, but shifted by one vector: the kernels would read elements already written.
+  args_.norm_out = addr(kInput + 16);
+  expect_error(arfInvalidArgument, "only exact equality norm_out == input is allowed");
+  // The last byte of residual_out touches the first of gamma.
+  args_.norm_out = addr(kNormOut);
+  args_.residual_out = addr(kGamma - kTensorBytes + 16);
+  expect_error(arfInvalidArgument, "overlaps gamma");
+  // Adjacent, not overlapping: fine.
+  args_.residual_out = addr(kGamma - kTensorBytes);
+  EXPECT_TRUE(run().is_ok()) << run().message();
+  // allreduce: out starts inside input.
+  args_.pattern = arfPatternAllReduce;
+  args_.allreduce_out = addr(kInput + kTensorBytes - 16);
+  expect_error(arfInvalidArgument, "allreduce_out");
+}
+
+TEST_F(Validate, InputsMayOverlapEachOther) {
+  // Read-only tensors sharing memory are harmless.
+  args_.residual_in = args_.input;
+  EXPECT_TRUE(run().is_ok()) << run().message();
+}
+
+TEST_F(Validate, WrongDeviceFromInjectedCheck) {
+  args_.norm_out = addr(kForeignBase);
+  expect_error(arfInvalidArgument, "norm_out is memory of device 1");
+  args_.norm_out = addr(kNormOut);
+  args_.gamma = addr(kForeignBase + 256);
+  expect_error(arfInvalidArgument, "gamma is memory of device 1, the communicator is on device 0");
+}
+
+TEST_F(Validate, PointerCheckNotCalledForUnusedOrEmpty) {
+  int calls = 0;
+  check_ = [&calls](const void*, const char*, int) {
+    ++calls;
+    return Status::ok();
+  };
+  args_.pattern = arfPatternAllReduce;
+  ASSERT_TRUE(run().is_ok());
+  EXPECT_EQ(calls, 2);  // input, allreduce_out
+  args_.pattern = arfPatternResidualRmsNorm;
+  calls = 0;
+  ASSERT_TRUE(run().is_ok());
+  EXPECT_EQ(calls, 5);
+  calls = 0;
+  args_.num_tokens = 0;
+  ASSERT_TRUE(run().is_ok());
+  EXPECT_EQ(calls, 0);
+}
+
+class ValidateAllReduce : public Validate {
+ protected:
+  Status run_ar(size_t count, const void* in, const void* out,
+                arfDataType_t dtype = arfBFloat16) const {
+    return validate_allreduce(count, dtype, in, out, facts_, 0, check_);
+  }
+};
+
+TEST_F(ValidateAllReduce, Rules) {
+  EXPECT_TRUE(run_ar(4096, addr(kInput), addr(kArOut)).is_ok());
+  EXPECT_TRUE(run_ar(4096, addr(kInput), addr(kInput)).is_ok());  // in place
+  EXPECT_TRUE(run_ar(0, nullptr, nullptr).is_ok());
+
+  Status s = run_ar(4100, addr(kInput), addr(kArOut));
+  EXPECT_EQ(s.code(), arfInvalidArgument);
+  EXPECT_NE(s.message().find("count 4100 is not a multiple of 8"), std::string::npos);
+
+  s = run_ar(128 * 8192 + 8, addr(kInput), addr(kArOut));
+  EXPECT_EQ(s.code(), arfInvalidArgument);
+  EXPECT_NE(s.message().find("exceeds the capacity 1048576"), std::string::npos);
+
+  s = run_ar(64, addr(kInput), addr(kArOut), arfFloat16);
+  EXPECT_EQ(s.code(), arfInvalidArgument);
+  EXPECT_NE(s.message().find("dtype mismatch: call fp16, communicator bf16"), std::string::npos);
+
+  s = run_ar(64, addr(kInput), addr(kInput + 64));
+  EXPECT_EQ(s.code(), arfInvalidArgument);
+  EXPECT_NE(s.message().find("only exact equality allreduce_out == input"), std::string::npos);
+
+  s = run_ar(64, nullptr, addr(kArOut));
+  EXPECT_EQ(s.code(), arfInvalidArgument);
+  EXPECT_NE(s.message().find("input is NULL"), std::string::npos);
+
+  s = run_ar(64, addr(kInput), addr(kArOut + 2));
+  EXPECT_EQ(s.code(), arfInvalidArgument);
+  EXPECT_NE(s.message().find("not 16-byte aligned"), std::string::npos);
+
+  s = run_ar(64, addr(kInput), addr(kForeignBase));
+  EXPECT_EQ(s.code(), arfInvalidArgument);
+  EXPECT_NE(s.message().find("allreduce_out is memory of device 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace arf
