@@ -1,0 +1,262 @@
+// In-process rendezvous for the `local` transport (see local.h). One global mutex guards the
+// registry and every forming group: init is rare and short, and a single lock makes the state
+// transitions (join, time out, abandon, form) trivially atomic with respect to each other.
+#include "transport/local.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+
+#include "core/cuda_check.h"
+
+namespace arf::local {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum class Slot { kEmpty, kJoined, kGone };
+
+// A group being formed. Removed from the registry once formed (the joiners keep it alive), or once
+// every rank has been accounted for after a failure (so late arrivals still fail fast).
+struct Rendezvous {
+  explicit Rendezvous(int world)
+      : world(world), slots(world, Slot::kEmpty), infos(world), peer_status(world) {}
+  int world;
+  std::vector<Slot> slots;
+  std::vector<RankInfo> infos;
+  int joined = 0;
+  int accounted = 0;  // joined or gone
+  bool formed = false;
+  Status failure;     // first failure; once set, every rank of this id fails with it
+  std::vector<Status> peer_status;
+  int reported = 0;
+  std::shared_ptr<LocalGroup> group;
+  std::condition_variable cv;
+};
+
+std::mutex g_mu;
+std::map<std::string, std::shared_ptr<Rendezvous>>& registry() {
+  static auto* r = new std::map<std::string, std::shared_ptr<Rendezvous>>();  // never destroyed:
+  return *r;  // comms may be destroyed from static destructors after this TU's statics are gone
+}
+
+std::string key_of(const arfUniqueId& id) { return std::string(id.internal, sizeof(id.internal)); }
+
+Clock::time_point deadline_after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(seconds));
+}
+
+// Caller holds g_mu. Drops a failed rendezvous from the registry once nobody else can arrive.
+void account_and_maybe_erase(const std::string& key, Rendezvous* r) {
+  if (++r->accounted >= r->world) {
+    auto it = registry().find(key);
+    if (it != registry().end() && it->second.get() == r) registry().erase(it);
+  }
+}
+
+// Every rank must have sized its workspace for the same capacity and dtype.
+Status check_agreement(const std::vector<RankInfo>& infos) {
+  const RankInfo& a = infos[0];
+  for (size_t r = 1; r < infos.size(); ++r) {
+    const RankInfo& b = infos[r];
+    if (a.dtype != b.dtype || a.max_tokens != b.max_tokens || a.max_hidden != b.max_hidden ||
+        a.oneshot_max_tokens != b.oneshot_max_tokens) {
+      return invalid_argument(
+          "ranks disagree on the communicator config: rank 0 has (dtype " +
+          std::to_string(static_cast<int>(a.dtype)) + ", max_tokens " +
+          std::to_string(a.max_tokens) + ", max_hidden " + std::to_string(a.max_hidden) +
+          ", oneshot_max_tokens " + std::to_string(a.oneshot_max_tokens) + "), rank " +
+          std::to_string(r) + " has (dtype " + std::to_string(static_cast<int>(b.dtype)) +
+          ", max_tokens " + std::to_string(b.max_tokens) + ", max_hidden " +
+          std::to_string(b.max_hidden) + ", oneshot_max_tokens " +
+          std::to_string(b.oneshot_max_tokens) + ")");
+    }
+  }
+  return Status::ok();
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", s);
+  return buf;
+}
+
+std::string missing_ranks(const Rendezvous& r) {
+  std::string out;
+  for (int i = 0; i < r.world; ++i) {
+    if (r.slots[i] != Slot::kEmpty) continue;
+    out += (out.empty() ? "" : ", ") + std::to_string(i);
+  }
+  return out;
+}
+
+// Lets this rank's device load and store the workspaces of every other device in the group.
+Status enable_peer_access(int rank, const std::vector<RankInfo>& infos) {
+  const int mine = infos[rank].device;
+  ARF_CUDA_RETURN_IF_ERROR(cudaSetDevice(mine));
+  std::set<int> done;
+  for (const RankInfo& peer : infos) {
+    if (peer.device == mine || !done.insert(peer.device).second) continue;
+    int can_access = 0;
+    ARF_CUDA_RETURN_IF_ERROR(cudaDeviceCanAccessPeer(&can_access, mine, peer.device));
+    if (!can_access) {
+      return unsupported("device " + std::to_string(mine) + " cannot access device " +
+                         std::to_string(peer.device) +
+                         " (cudaDeviceCanAccessPeer = 0); the local transport needs peer access "
+                         "between every pair of its devices");
+    }
+    const cudaError_t err = cudaDeviceEnablePeerAccess(peer.device, 0);
+    if (err == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();  // another rank on this device got there first: fine
+    } else {
+      ARF_CUDA_RETURN_IF_ERROR(err);
+    }
+  }
+  return Status::ok();
+}
+
+// Phase 1: wait for every rank. Caller holds `lock` on g_mu.
+Status wait_for_all(std::unique_lock<std::mutex>& lock, const std::string& key, Rendezvous* r,
+                    int rank, const RankInfo& info, double timeout_seconds) {
+  if (r->slots[rank] != Slot::kEmpty) {
+    return invalid_argument("duplicate rank " + std::to_string(rank) +
+                            ": another thread already joined this id as rank " +
+                            std::to_string(rank));
+  }
+  if (!r->failure.is_ok()) {
+    r->slots[rank] = Slot::kGone;
+    account_and_maybe_erase(key, r);
+    return r->failure;
+  }
+  r->infos[rank] = info;
+  r->slots[rank] = Slot::kJoined;
+  ++r->joined;
+  ++r->accounted;
+  if (r->joined == r->world) {
+    r->formed = true;
+    registry().erase(key);
+    r->failure = check_agreement(r->infos);
+    r->cv.notify_all();
+    return r->failure;
+  }
+  const bool done = r->cv.wait_until(lock, deadline_after(timeout_seconds),
+                                     [r] { return r->formed || !r->failure.is_ok(); });
+  if (!done) {
+    r->failure = Status(arfTimeout, "rendezvous timed out after " + seconds(timeout_seconds) +
+                                        " s: rank(s) " +
+                                        missing_ranks(*r) + " of world " +
+                                        std::to_string(r->world) + " never joined");
+    r->cv.notify_all();
+  }
+  return r->failure;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<LocalGroup>> join(const arfUniqueId& id, int rank, int world,
+                                         const RankInfo& info, double timeout_seconds) {
+  if (world < 1 || world > kMaxRanks || rank < 0 || rank >= world) {
+    return invalid_argument("rank " + std::to_string(rank) + " of world " + std::to_string(world) +
+                            " is not a valid rank");
+  }
+  const std::string key = key_of(id);
+  std::shared_ptr<Rendezvous> r;
+  {
+    std::unique_lock<std::mutex> lock(g_mu);
+    std::shared_ptr<Rendezvous>& slot = registry()[key];
+    if (!slot) slot = std::make_shared<Rendezvous>(world);
+    r = slot;
+    if (r->world != world) {
+      return invalid_argument("world size mismatch: rank " + std::to_string(rank) + " says " +
+                              std::to_string(world) + ", ranks already joined with this id say " +
+                              std::to_string(r->world));
+    }
+    ARF_RETURN_IF_ERROR(wait_for_all(lock, key, r.get(), rank, info, timeout_seconds));
+  }
+
+  // Phase 2: every rank enables its own peer access (CUDA calls outside the lock), then all agree.
+  const Status mine = enable_peer_access(rank, r->infos);
+  std::unique_lock<std::mutex> lock(g_mu);
+  r->peer_status[rank] = mine;
+  if (++r->reported == r->world) {
+    for (const Status& s : r->peer_status) {
+      if (!s.is_ok()) {
+        r->failure = s;
+        break;
+      }
+    }
+    if (r->failure.is_ok()) r->group = std::make_shared<LocalGroup>(r->infos);
+    r->cv.notify_all();
+  }
+  const bool done = r->cv.wait_until(lock, deadline_after(timeout_seconds),
+                                     [&] { return r->reported == r->world; });
+  if (!done) {
+    return Status(arfTimeout, "rendezvous timed out while ranks enabled peer access");
+  }
+  if (!r->failure.is_ok()) return r->failure;
+  return r->group;
+}
+
+void abandon(const arfUniqueId& id, int rank, int world, const Status& why) {
+  const std::string key = key_of(id);
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::shared_ptr<Rendezvous>& slot = registry()[key];
+  if (!slot) slot = std::make_shared<Rendezvous>(world);
+  Rendezvous* r = slot.get();
+  if (r->world != world || rank < 0 || rank >= world || r->slots[rank] != Slot::kEmpty) return;
+  if (r->failure.is_ok()) {
+    r->failure = Status(why.code(), "rank " + std::to_string(rank) +
+                                        " failed before joining: " + why.message());
+  }
+  r->slots[rank] = Slot::kGone;
+  r->cv.notify_all();
+  account_and_maybe_erase(key, r);
+}
+
+Status LocalGroup::leave(int rank) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (rank < 0 || rank >= world() || left_[rank]) {
+      return internal_error("rank " + std::to_string(rank) + " left its group twice");
+    }
+    left_[rank] = true;
+    if (--live_ranks_ > 0) return Status::ok();
+  }
+  // Last one out: every rank has synchronized its device, so no kernel can still touch any
+  // workspace. Free them all, continuing past errors so one bad device does not leak the rest.
+  Status first;
+  for (RankInfo& info : infos_) {
+    Status s = free_workspace(&info.workspace);
+    if (first.is_ok() && !s.is_ok()) first = s;
+  }
+  return first;
+}
+
+arfUniqueId new_unique_id() {
+  static std::atomic<uint64_t> counter{0};
+  arfUniqueId id;
+  thread_local std::random_device rd;  // opening the entropy source per call is slow
+  for (size_t i = 0; i < sizeof(id.internal); i += sizeof(uint32_t)) {
+    const uint32_t word = rd();
+    std::memcpy(id.internal + i, &word, sizeof(word));
+  }
+  // Deterministic uniqueness on top of the randomness: time, pid and a per-process counter.
+  const uint64_t now = static_cast<uint64_t>(
+      std::chrono::high_resolution_clock::now().time_since_epoch().count());
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  const uint64_t count = counter.fetch_add(1);
+  std::memcpy(id.internal + 0, &now, sizeof(now));
+  std::memcpy(id.internal + 8, &pid, sizeof(pid));
+  std::memcpy(id.internal + 12, &count, sizeof(count));
+  return id;
+}
+
+}  // namespace arf::local

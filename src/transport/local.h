@@ -1,0 +1,79 @@
+// The `local` transport: all ranks live in this process, one host thread per rank, and find each
+// other through a process-global registry keyed by arfUniqueId. Devices may repeat (virtual ranks on
+// one GPU), in which case "peer" buffers are simply other allocations on the same device.
+//
+// Lifetime: ranks join (blocking, bounded) and receive a shared LocalGroup; from then on the group
+// owns every rank's workspace. Each rank leaves once (arfCommDestroy); the LAST rank to leave frees
+// all workspaces, because until then a peer's kernel may still read or write them. Leaving never
+// waits for other ranks, so one thread may destroy all communicators in sequence.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "arfusion/arfusion.h"
+#include "core/status.h"
+#include "kernels/kernel_params.h"
+#include "transport/workspace.h"
+
+namespace arf::local {
+
+// What a rank contributes to the rendezvous and every rank sees of every other.
+struct RankInfo {
+  int device = -1;
+  int sm_count = 0;
+  Workspace workspace;  // peer pointers: lamport(), pull(), scatter(), gather(), flags()
+  // Capacity the workspace was sized for; must agree on every rank or peers would index past each
+  // other's buffers and plans would differ.
+  DType dtype = DType::kBf16;
+  int64_t max_tokens = 0;
+  int64_t max_hidden = 0;
+  int64_t oneshot_max_tokens = 0;
+};
+
+class LocalGroup {
+ public:
+  explicit LocalGroup(std::vector<RankInfo> infos)
+      : infos_(std::move(infos)), left_(infos_.size(), false),
+        live_ranks_(static_cast<int>(infos_.size())) {}
+  int world() const { return static_cast<int>(infos_.size()); }
+  // Every rank's info, indexed by rank; immutable once the group is formed.
+  const std::vector<RankInfo>& infos() const { return infos_; }
+
+  // This rank is done with the group. Preconditions: called once per rank, after the rank's device
+  // work has completed (the communicator synchronizes its device first). The last caller frees
+  // every rank's workspace and returns the first error of doing so. Thread-safe, never blocks.
+  Status leave(int rank);
+
+ private:
+  std::mutex mu_;
+  std::vector<RankInfo> infos_;
+  std::vector<bool> left_;
+  int live_ranks_ = 0;
+};
+
+// Collective over `world` ranks with the same id: blocks until all have joined, then enables peer
+// access from this rank's device to every other rank's device, then waits until every rank has
+// done so. All ranks return the same outcome:
+//  - OK and the formed group (which now owns `info.workspace`);
+//  - Timeout after timeout_seconds, naming the ranks that never arrived;
+//  - InvalidArgument for a world-size mismatch or a duplicate rank (to the offending caller), or
+//    for capacity that differs between ranks (to all);
+//  - Unsupported when a device pair cannot access each other (cudaDeviceCanAccessPeer);
+//  - the error a rank reported through abandon().
+// On any failure the caller still owns its workspace and must free it. Sets the current device.
+Result<std::shared_ptr<LocalGroup>> join(const arfUniqueId& id, int rank, int world,
+                                         const RankInfo& info, double timeout_seconds);
+
+// A rank that fails before it can join (e.g. its allocation failed) reports it here, so the ranks
+// already waiting fail at once with `why` instead of waiting out the timeout. Never blocks.
+void abandon(const arfUniqueId& id, int rank, int world, const Status& why);
+
+// A fresh random id: 64 bytes from std::random_device mixed with the time, the pid and a
+// process-wide counter (so two calls in one process never collide even with a weak random_device).
+arfUniqueId new_unique_id();
+
+}  // namespace arf::local

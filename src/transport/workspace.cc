@@ -1,0 +1,160 @@
+// Workspace sizing, allocation and initialisation (see workspace.h). One cudaMalloc per rank keeps
+// the peer-visible state in one mapping (one IPC handle later, for the ipc transport).
+#include "transport/workspace.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <string>
+
+#include "core/cuda_check.h"
+#include "kernels/launch.h"
+
+namespace arf {
+namespace {
+
+constexpr int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// a * b, or false when it would exceed INT64_MAX (operands are non-negative).
+bool checked_mul(int64_t a, int64_t b, int64_t* out) {
+  if (a != 0 && b > INT64_MAX / a) return false;
+  *out = a * b;
+  return true;
+}
+
+// Appends a region of count x elem_bytes at the next aligned offset; false on overflow.
+bool append_region(int64_t count, int64_t elem_bytes, int64_t* cursor, int64_t* offset) {
+  int64_t bytes = 0;
+  if (!checked_mul(count, elem_bytes, &bytes)) return false;
+  *offset = align_up(*cursor, kWorkspaceAlignBytes);
+  if (bytes > INT64_MAX - kWorkspaceAlignBytes - *offset) return false;
+  *cursor = *offset + bytes;
+  return true;
+}
+
+}  // namespace
+
+Result<WorkspaceLayout> workspace_layout(int world, DType dtype, int64_t max_tokens,
+                                         int64_t max_hidden, int64_t oneshot_max_tokens) {
+  if (world < 1 || world > kMaxRanks || max_tokens < 1 || oneshot_max_tokens < 1 ||
+      oneshot_max_tokens > max_tokens || max_hidden < kElemsPerVec || max_hidden > kMaxHidden ||
+      max_hidden % kElemsPerVec != 0 || dtype == DType::kFp32) {
+    return invalid_argument("workspace_layout: bad capacity (world " + std::to_string(world) +
+                            ", max_tokens " + std::to_string(max_tokens) + ", max_hidden " +
+                            std::to_string(max_hidden) + ", oneshot_max_tokens " +
+                            std::to_string(oneshot_max_tokens) + ")");
+  }
+  WorkspaceLayout l;
+  l.world = world;
+  l.dtype = dtype;
+  const int64_t elem = static_cast<int64_t>(dtype_bytes(dtype));
+  // Each rank owns ceil(row_vecs / world) vectors of every row in the two-shot reduce-scatter.
+  const int64_t part_elems = (max_hidden / kElemsPerVec + world - 1) / world * kElemsPerVec;
+  int64_t lamport_elems = 0;
+  bool ok = checked_mul(oneshot_max_tokens, max_hidden, &l.lamport_slot_elems) &&
+            checked_mul(max_tokens, part_elems, &l.scatter_slot_elems) &&
+            checked_mul(max_tokens, max_hidden, &l.capacity_elems) &&
+            checked_mul(l.lamport_slot_elems, kLamportBuffers * world, &lamport_elems);
+  int64_t scatter_elems = 0;
+  ok = ok && checked_mul(l.scatter_slot_elems, world, &scatter_elems);
+  int64_t cursor = 0;
+  ok = ok && append_region(1, sizeof(ControlBlock), &cursor, &l.ctrl_offset) &&
+       append_region(int64_t{kMaxCtas} * kMaxRanks, sizeof(uint32_t), &cursor, &l.flags_offset) &&
+       append_region(lamport_elems, elem, &cursor, &l.lamport_offset) &&
+       append_region(l.capacity_elems, elem, &cursor, &l.pull_offset) &&
+       append_region(scatter_elems, elem, &cursor, &l.scatter_offset) &&
+       append_region(l.capacity_elems, elem, &cursor, &l.gather_offset);
+  if (!ok) {
+    return invalid_argument("workspace size overflows 64 bits (max_tokens " +
+                            std::to_string(max_tokens) + ", max_hidden " +
+                            std::to_string(max_hidden) + ")");
+  }
+  l.total_bytes = align_up(cursor, kWorkspaceAlignBytes);
+  return l;
+}
+
+namespace {
+char* at(void* base, int64_t offset) { return static_cast<char*>(base) + offset; }
+}  // namespace
+
+ControlBlock* Workspace::ctrl() const {
+  return reinterpret_cast<ControlBlock*>(at(base, layout.ctrl_offset));
+}
+uint32_t* Workspace::flags() const {
+  return reinterpret_cast<uint32_t*>(at(base, layout.flags_offset));
+}
+void* Workspace::lamport() const { return at(base, layout.lamport_offset); }
+void* Workspace::pull() const { return at(base, layout.pull_offset); }
+void* Workspace::scatter() const { return at(base, layout.scatter_offset); }
+void* Workspace::gather() const { return at(base, layout.gather_offset); }
+
+namespace {
+
+// Zeroes the whole allocation (ControlBlock, flags and the data regions, whose content is never
+// read before written) and then writes the Lamport sentinel, on a private stream so that the
+// caller's streams and the legacy default stream are not serialized with init.
+Status initialise(const Workspace& ws) {
+  cudaStream_t stream = nullptr;
+  ARF_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  Status status = cuda_status(cudaMemsetAsync(ws.base, 0, ws.layout.total_bytes, stream),
+                              "cudaMemsetAsync(workspace)", __FILE__, __LINE__);
+  if (status.is_ok()) {
+    status = fill_negative_zero(ws.lamport(), ws.layout.lamport_elems(), ws.layout.dtype, stream);
+  }
+  if (status.is_ok()) {
+    status = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize(init)", __FILE__,
+                         __LINE__);
+  }
+  const cudaError_t destroy_err = cudaStreamDestroy(stream);
+  ARF_RETURN_IF_ERROR(status);
+  ARF_CUDA_RETURN_IF_ERROR(destroy_err);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Workspace> allocate_workspace(const WorkspaceLayout& layout, int device) {
+  ARF_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  Workspace ws;
+  ws.device = device;
+  ws.layout = layout;
+  Status status = cuda_status(cudaMalloc(&ws.base, static_cast<size_t>(layout.total_bytes)),
+                              "cudaMalloc(workspace)", __FILE__, __LINE__);
+  void* host = nullptr;
+  if (status.is_ok()) {
+    // Portable: the record is read by whichever host thread polls; Mapped: the kernel writes it
+    // while still running, and the host can read it without synchronizing.
+    status = cuda_status(
+        cudaHostAlloc(&host, sizeof(ErrorRecord), cudaHostAllocMapped | cudaHostAllocPortable),
+        "cudaHostAlloc(ErrorRecord)", __FILE__, __LINE__);
+  }
+  if (status.is_ok()) {
+    std::memset(host, 0, sizeof(ErrorRecord));
+    ws.error_host = static_cast<ErrorRecord*>(host);
+    void* device_ptr = nullptr;
+    status = cuda_status(cudaHostGetDevicePointer(&device_ptr, host, 0),
+                         "cudaHostGetDevicePointer(ErrorRecord)", __FILE__, __LINE__);
+    ws.error_device = static_cast<ErrorRecord*>(device_ptr);
+  }
+  if (status.is_ok()) status = initialise(ws);
+  if (!status.is_ok()) {
+    (void)free_workspace(&ws);  // the first error is the one worth reporting
+    return status.with_context(__FILE__, __LINE__);
+  }
+  return ws;
+}
+
+Status free_workspace(Workspace* ws) {
+  if (ws->base == nullptr && ws->error_host == nullptr) return Status::ok();
+  ARF_CUDA_RETURN_IF_ERROR(cudaSetDevice(ws->device));
+  const cudaError_t free_err = ws->base ? cudaFree(ws->base) : cudaSuccess;
+  const cudaError_t host_err = ws->error_host ? cudaFreeHost(ws->error_host) : cudaSuccess;
+  ws->base = nullptr;
+  ws->error_host = nullptr;
+  ws->error_device = nullptr;
+  ARF_CUDA_RETURN_IF_ERROR(free_err);
+  ARF_CUDA_RETURN_IF_ERROR(host_err);
+  return Status::ok();
+}
+
+}  // namespace arf

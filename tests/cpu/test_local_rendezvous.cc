@@ -1,0 +1,127 @@
+// The local transport's rendezvous, on every path that ends before CUDA is touched: a bounded wait
+// that names the missing ranks, late arrivals failing fast, duplicate ranks, world-size mismatch,
+// a rank that fails before joining (abandon), and capacity that differs between ranks. The
+// successful path enables peer access and needs a GPU (tests/gpu).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+
+#include "transport/local.h"
+
+namespace arf::local {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+RankInfo info(int64_t max_tokens = 1024) {
+  RankInfo i;
+  i.device = 0;
+  i.sm_count = 132;
+  i.dtype = DType::kBf16;
+  i.max_tokens = max_tokens;
+  i.max_hidden = 8192;
+  i.oneshot_max_tokens = max_tokens;
+  return i;
+}
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::future<Status> join_async(const arfUniqueId& id, int rank, int world, double timeout,
+                               RankInfo i = info()) {
+  return std::async(std::launch::async, [=] { return join(id, rank, world, i, timeout).status(); });
+}
+
+TEST(Rendezvous, TimeoutNamesMissingRanksAndLateArrivalsFailFast) {
+  const arfUniqueId id = new_unique_id();
+  auto r2 = join_async(id, 2, 4, 30.0);
+  auto r0 = join_async(id, 0, 4, 1.0);  // long enough for rank 2 to arrive first
+  const Status s0 = r0.get();
+  EXPECT_EQ(s0.code(), arfTimeout);
+  EXPECT_NE(s0.message().find("rank(s) 1, 3 of world 4 never joined"), std::string::npos)
+      << s0.message();
+  // The rank with the long timeout is released by the first expiry, with the same report.
+  const Status s2 = r2.get();
+  EXPECT_EQ(s2.code(), arfTimeout);
+  EXPECT_EQ(s2.message(), s0.message());
+  const auto start = Clock::now();
+  const Status late = join(id, 1, 4, info(), 30.0).status();
+  EXPECT_EQ(late.code(), arfTimeout);
+  EXPECT_LT(seconds_since(start), 5.0);
+}
+
+TEST(Rendezvous, DuplicateRankIsRejectedAndDoesNotDisturbTheGroup) {
+  const arfUniqueId id = new_unique_id();
+  auto first = join_async(id, 0, 2, 30.0);
+  // A duplicate is only a duplicate once the first has arrived (no introspection API: give the
+  // thread ample time; had it not arrived, the call below would wait and time out instead).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const Status dup = join(id, 0, 2, info(), 5.0).status();
+  EXPECT_EQ(dup.code(), arfInvalidArgument);
+  EXPECT_NE(dup.message().find("duplicate rank 0"), std::string::npos) << dup.message();
+  abandon(id, 1, 2, Status(arfCudaError, "cudaMalloc failed"));
+  const Status s = first.get();
+  EXPECT_EQ(s.code(), arfCudaError);
+  EXPECT_NE(s.message().find("rank 1 failed before joining: cudaMalloc failed"), std::string::npos)
+      << s.message();
+}
+
+TEST(Rendezvous, WorldSizeMismatch) {
+  const arfUniqueId id = new_unique_id();
+  // abandon() registers the id with world 4 without blocking; then a world-2 caller is refused.
+  abandon(id, 3, 4, Status(arfInternal, "test"));
+  const Status s = join(id, 1, 2, info(), 1.0).status();
+  EXPECT_EQ(s.code(), arfInvalidArgument);
+  EXPECT_NE(s.message().find("world size mismatch: rank 1 says 2"), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("say 4"), std::string::npos) << s.message();
+}
+
+TEST(Rendezvous, AbandonReleasesWaitersAtOnce) {
+  const arfUniqueId id = new_unique_id();
+  const auto start = Clock::now();
+  auto r0 = join_async(id, 0, 4, 30.0);
+  auto r1 = join_async(id, 1, 4, 30.0);
+  abandon(id, 2, 4, Status(arfCudaError, "out of memory"));
+  for (auto* f : {&r0, &r1}) {
+    const Status s = f->get();
+    EXPECT_EQ(s.code(), arfCudaError);
+    EXPECT_NE(s.message().find("rank 2 failed before joining: out of memory"), std::string::npos);
+  }
+  // A rank that arrives after the failure learns it immediately too.
+  const Status late = join(id, 3, 4, info(), 30.0).status();
+  EXPECT_EQ(late.code(), arfCudaError);
+  EXPECT_LT(seconds_since(start), 5.0);
+}
+
+TEST(Rendezvous, CapacityDisagreementFailsEveryRank) {
+  const arfUniqueId id = new_unique_id();
+  auto r0 = join_async(id, 0, 2, 30.0, info(1024));
+  auto r1 = join_async(id, 1, 2, 30.0, info(512));
+  for (auto* f : {&r0, &r1}) {
+    const Status s = f->get();
+    EXPECT_EQ(s.code(), arfInvalidArgument);
+    EXPECT_NE(s.message().find("ranks disagree on the communicator config"), std::string::npos)
+        << s.message();
+  }
+}
+
+TEST(Rendezvous, BadRankRejected) {
+  const arfUniqueId id = new_unique_id();
+  const Status s = join(id, 5, 4, info(), 1.0).status();
+  EXPECT_EQ(s.code(), arfInvalidArgument);
+  EXPECT_NE(s.message().find("rank 5 of world 4"), std::string::npos);
+}
+
+TEST(UniqueId, DistinctAcrossCalls) {
+  const arfUniqueId a = new_unique_id();
+  const arfUniqueId b = new_unique_id();
+  EXPECT_NE(std::string(a.internal, 64), std::string(b.internal, 64));
+}
+
+}  // namespace
+}  // namespace arf::local
