@@ -1,0 +1,239 @@
+// The C API of arfusion.h: argument null-checks, Status -> arfStatus_t plus the thread-local
+// last-error string, and the names tables. Nothing here throws (nor does anything it calls).
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "arfusion/arfusion.h"
+#include "core/communicator.h"
+#include "core/status.h"
+#include "transport/local.h"
+
+struct arfComm {
+  std::unique_ptr<arf::Communicator> impl;
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+
+// Records a failure for arfGetLastErrorString (successes leave the last failure in place, as
+// ncclGetLastError does) and returns its code.
+arfStatus_t report(const arf::Status& status) {
+  if (!status.is_ok()) t_last_error = status.message();
+  return status.code();
+}
+
+arfStatus_t null_argument(const char* function, const char* name) {
+  return report(arf::invalid_argument(std::string(function) + ": " + name + " is NULL"));
+}
+
+#define ARF_API_REQUIRE(ptr) \
+  if ((ptr) == nullptr) return null_argument(__func__, #ptr)
+
+}  // namespace
+
+extern "C" {
+
+void arfCommConfigInit(arfCommConfig_t* config) {
+  if (config == nullptr) return;
+  std::memset(config, 0, sizeof(*config));
+  config->struct_size = sizeof(*config);
+  config->version = ARF_API_VERSION;
+  config->transport = arfTransportLocal;
+  config->rank = 0;
+  config->world_size = 1;
+  config->device = 0;
+  config->max_tokens = 1024;
+  config->max_hidden = 8192;
+  config->dtype = arfBFloat16;
+  config->oneshot_max_tokens = 0;  // = max_tokens
+  config->timeout_seconds = 10.0;
+  config->init_timeout_seconds = 60.0;
+}
+
+arfStatus_t arfGetUniqueId(arfUniqueId* id) {
+  ARF_API_REQUIRE(id);
+  *id = arf::local::new_unique_id();
+  return arfSuccess;
+}
+
+arfStatus_t arfCommInitRank(arfComm_t* comm, const arfCommConfig_t* config) {
+  ARF_API_REQUIRE(comm);
+  *comm = nullptr;
+  ARF_API_REQUIRE(config);
+  arf::Result<std::unique_ptr<arf::Communicator>> created = arf::Communicator::create(*config);
+  if (!created.is_ok()) return report(created.status());
+  *comm = new arfComm{created.take()};
+  return arfSuccess;
+}
+
+arfStatus_t arfCommInitAll(arfComm_t* comms, int world_size, const int* devices,
+                           const arfCommConfig_t* config) {
+  ARF_API_REQUIRE(comms);
+  ARF_API_REQUIRE(devices);
+  ARF_API_REQUIRE(config);
+  arfCommConfig_t base = *config;
+  base.transport = arfTransportLocal;
+  base.world_size = world_size;
+  base.rank = 0;
+  base.device = world_size > 0 ? devices[0] : 0;
+  // Reject a bad config on the caller's thread before any rank starts waiting for the others.
+  const arf::Status config_status = arf::validate_config(base);
+  if (!config_status.is_ok()) return report(config_status);
+  if (arfGetUniqueId(&base.id) != arfSuccess) return arfInternal;
+
+  std::vector<arf::Status> statuses(world_size);
+  std::vector<std::unique_ptr<arf::Communicator>> created(world_size);
+  std::vector<std::thread> threads;
+  threads.reserve(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    threads.emplace_back([&, r] {
+      arfCommConfig_t c = base;
+      c.rank = r;
+      c.device = devices[r];
+      arf::Result<std::unique_ptr<arf::Communicator>> comm = arf::Communicator::create(c);
+      if (comm.is_ok()) {
+        created[r] = comm.take();
+      } else {
+        statuses[r] = comm.status();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  for (int r = 0; r < world_size; ++r) {
+    if (statuses[r].is_ok()) continue;
+    // Sequential destroy from one thread is supported (no host barrier at destroy).
+    for (auto& comm : created) {
+      if (comm) (void)comm->destroy();
+    }
+    return report(arf::Status(statuses[r].code(),
+                              "rank " + std::to_string(r) + ": " + statuses[r].message()));
+  }
+  for (int r = 0; r < world_size; ++r) comms[r] = new arfComm{std::move(created[r])};
+  return arfSuccess;
+}
+
+arfStatus_t arfCommDestroy(arfComm_t comm) {
+  if (comm == nullptr) return arfSuccess;
+  const arf::Status status = comm->impl->destroy();
+  delete comm;
+  return report(status);
+}
+
+arfStatus_t arfCommGetRank(arfComm_t comm, int* rank) {
+  ARF_API_REQUIRE(comm);
+  ARF_API_REQUIRE(rank);
+  *rank = comm->impl->rank();
+  return arfSuccess;
+}
+
+arfStatus_t arfCommGetWorldSize(arfComm_t comm, int* world_size) {
+  ARF_API_REQUIRE(comm);
+  ARF_API_REQUIRE(world_size);
+  *world_size = comm->impl->world();
+  return arfSuccess;
+}
+
+arfStatus_t arfCommGetAsyncError(arfComm_t comm) {
+  ARF_API_REQUIRE(comm);
+  return report(comm->impl->async_error());
+}
+
+void arfFusedArgsInit(arfFusedArgs_t* args) {
+  if (args == nullptr) return;
+  std::memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  args->version = ARF_API_VERSION;
+  args->pattern = arfPatternResidualRmsNorm;
+  args->algorithm = arfAlgoAuto;
+  args->dtype = arfBFloat16;
+  args->gamma_dtype = arfBFloat16;
+  args->gamma_plus_one = 0;
+  args->eps = 1e-6f;
+}
+
+arfStatus_t arfPlan(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan) {
+  ARF_API_REQUIRE(comm);
+  ARF_API_REQUIRE(args);
+  ARF_API_REQUIRE(plan);
+  arf::Result<arf::Plan> p = comm->impl->plan(*args);
+  if (!p.is_ok()) return report(p.status());
+  const arf::Plan& v = p.value();
+  plan->algorithm = static_cast<arfAlgorithm_t>(v.algorithm);
+  plan->inner_allreduce = static_cast<arfAlgorithm_t>(v.inner_allreduce);
+  plan->num_kernels = v.num_kernels;
+  plan->grid = v.grid;
+  plan->block = v.block;
+  plan->forced = v.forced ? 1 : 0;
+  std::snprintf(plan->reason, sizeof(plan->reason), "%s", v.reason.c_str());
+  return arfSuccess;
+}
+
+arfStatus_t arfFusedAllReduce(arfComm_t comm, const arfFusedArgs_t* args, cudaStream_t stream) {
+  ARF_API_REQUIRE(comm);
+  ARF_API_REQUIRE(args);
+  return report(comm->impl->fused_allreduce(*args, stream));
+}
+
+arfStatus_t arfAllReduce(arfComm_t comm, const void* in, void* out, size_t count,
+                         arfDataType_t dtype, cudaStream_t stream) {
+  ARF_API_REQUIRE(comm);
+  return report(comm->impl->allreduce(in, out, count, dtype, stream));
+}
+
+const char* arfGetStatusString(arfStatus_t status) {
+  switch (status) {
+    case arfSuccess: return "success";
+    case arfInvalidArgument: return "invalid argument";
+    case arfUnsupported: return "unsupported";
+    case arfCudaError: return "CUDA error";
+    case arfNcclError: return "NCCL error";
+    case arfTimeout: return "timeout";
+    case arfInternal: return "internal error";
+    case arfCommFailed: return "communicator failed";
+  }
+  return "unknown status";
+}
+
+const char* arfGetLastErrorString(void) { return t_last_error.c_str(); }
+
+const char* arfAlgorithmName(arfAlgorithm_t algorithm) {
+  switch (algorithm) {
+    case arfAlgoAuto: return "auto";
+    case arfAlgoOneshotLamport: return "oneshot_lamport";
+    case arfAlgoOneshotPull: return "oneshot_pull";
+    case arfAlgoTwoshot: return "twoshot";
+    case arfAlgoUnfused: return "unfused";
+    case arfAlgoNccl: return "nccl";
+  }
+  return "unknown";
+}
+
+arfStatus_t arfAlgorithmFromName(const char* name, arfAlgorithm_t* algorithm) {
+  ARF_API_REQUIRE(name);
+  ARF_API_REQUIRE(algorithm);
+  for (int a = arfAlgoAuto; a <= arfAlgoNccl; ++a) {
+    if (std::strcmp(name, arfAlgorithmName(static_cast<arfAlgorithm_t>(a))) == 0) {
+      *algorithm = static_cast<arfAlgorithm_t>(a);
+      return arfSuccess;
+    }
+  }
+  return report(arf::invalid_argument(
+      std::string("unknown algorithm name \"") + name +
+      "\" (expected auto, oneshot_lamport, oneshot_pull, twoshot, unfused or nccl)"));
+}
+
+const char* arfPatternName(arfPattern_t pattern) {
+  switch (pattern) {
+    case arfPatternAllReduce: return "allreduce";
+    case arfPatternResidualRmsNorm: return "residual_rmsnorm";
+  }
+  return "unknown";
+}
+
+}  // extern "C"

@@ -1,0 +1,333 @@
+// Communicator: config validation, init (workspace + rendezvous + agreed facts), the per-call path
+// (failed? -> async error -> validate -> plan -> params -> launch) and teardown.
+#include "core/communicator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <thread>
+
+#include "core/cuda_check.h"
+#include "kernels/launch.h"
+#include "policy/policy.h"
+#include "transport/workspace.h"
+
+namespace arf {
+namespace {
+
+constexpr double kDefaultTimeoutSeconds = 10.0;
+constexpr double kDefaultInitTimeoutSeconds = 60.0;
+// Far beyond any useful bound, small enough that the nanosecond count fits in 64 bits.
+constexpr double kMaxTimeoutSeconds = 1e9;
+
+// Makes `device` current for one call and restores the caller's device afterwards, so that one
+// thread may drive several communicators (on different devices) without surprises.
+class ScopedDevice {
+ public:
+  Status enter(int device) {
+    ARF_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous_));
+    if (previous_ != device) {
+      ARF_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+      restore_ = true;
+    }
+    return Status::ok();
+  }
+  // A destructor cannot report; cudaSetDevice to a device that was current a moment ago fails only
+  // if the runtime is already broken, which the next checked call will report.
+  ~ScopedDevice() {
+    if (restore_) (void)cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = 0;
+  bool restore_ = false;
+};
+
+const char* phase_name(int32_t phase) {
+  switch (static_cast<Phase>(phase)) {
+    case Phase::kNone: return "none";
+    case Phase::kLamportPoll: return "lamport_poll";
+    case Phase::kPullStartBarrier: return "pull_start_barrier";
+    case Phase::kPullEndBarrier: return "pull_end_barrier";
+    case Phase::kTwoshotScatterBarrier: return "twoshot_scatter_barrier";
+    case Phase::kTwoshotGatherBarrier: return "twoshot_gather_barrier";
+  }
+  return "unknown";
+}
+
+bool valid_timeout(double s) { return std::isfinite(s) && s >= 0.0; }
+
+StaticFacts agree_facts(const std::vector<local::RankInfo>& infos) {
+  StaticFacts f;
+  f.world = static_cast<int>(infos.size());
+  f.dtype = infos[0].dtype;
+  f.max_tokens = infos[0].max_tokens;
+  f.max_hidden = infos[0].max_hidden;
+  f.oneshot_max_tokens = infos[0].oneshot_max_tokens;
+  f.min_sm_count = infos[0].sm_count;
+  std::map<int, int> ranks_on_device;
+  for (const local::RankInfo& info : infos) {
+    f.min_sm_count = std::min(f.min_sm_count, info.sm_count);
+    f.max_ranks_per_device = std::max(f.max_ranks_per_device, ++ranks_on_device[info.device]);
+  }
+  return f;
+}
+
+KernelParams make_base_params(int rank, const StaticFacts& facts,
+                              const std::vector<local::RankInfo>& infos, double timeout_seconds) {
+  KernelParams p{};
+  p.rank = rank;
+  p.world = facts.world;
+  for (int r = 0; r < facts.world; ++r) {
+    const Workspace& ws = infos[r].workspace;
+    p.peers.lamport[r] = ws.lamport();
+    p.peers.pull[r] = ws.pull();
+    p.peers.scatter[r] = ws.scatter();
+    p.peers.gather[r] = ws.gather();
+    p.peers.flags[r] = ws.flags();
+  }
+  const Workspace& mine = infos[rank].workspace;
+  p.lamport_slot_elems = mine.layout.lamport_slot_elems;
+  p.scatter_slot_elems = mine.layout.scatter_slot_elems;
+  p.ctrl = mine.ctrl();
+  p.error = mine.error_device;
+  const double seconds = timeout_seconds > 0 ? timeout_seconds : kDefaultTimeoutSeconds;
+  p.timeout_ns = static_cast<uint64_t>(std::min(seconds, kMaxTimeoutSeconds) * 1e9);
+  return p;
+}
+
+// The rendezvous bound: 0 means the default.
+double init_timeout(const arfCommConfig_t& c) {
+  return c.init_timeout_seconds > 0 ? c.init_timeout_seconds : kDefaultInitTimeoutSeconds;
+}
+
+}  // namespace
+
+Status validate_config(const arfCommConfig_t& c) {
+  if (c.struct_size != sizeof(arfCommConfig_t) || c.version < 1 || c.version > ARF_API_VERSION) {
+    return invalid_argument("config struct_size " + std::to_string(c.struct_size) + " / version " +
+                            std::to_string(c.version) + " do not match this library (" +
+                            std::to_string(sizeof(arfCommConfig_t)) + " / " +
+                            std::to_string(ARF_API_VERSION) + "); use arfCommConfigInit");
+  }
+  if (c.transport == arfTransportIpc) {
+    return unsupported("ipc transport not available in this version");
+  }
+  if (c.transport != arfTransportLocal) {
+    return invalid_argument("config transport " + std::to_string(static_cast<int>(c.transport)) +
+                            " is not a valid arfTransport_t");
+  }
+  const int w = c.world_size;
+  if (w != 1 && w != 2 && w != 4 && w != 8) {
+    return invalid_argument("world_size " + std::to_string(w) + " is not 1, 2, 4 or 8");
+  }
+  if (c.rank < 0 || c.rank >= w) {
+    return invalid_argument("rank " + std::to_string(c.rank) + " is outside [0, " +
+                            std::to_string(w) + ")");
+  }
+  if (c.device < 0) return invalid_argument("device " + std::to_string(c.device) + " is negative");
+  if (c.max_hidden < static_cast<size_t>(kElemsPerVec) ||
+      c.max_hidden > static_cast<size_t>(kMaxHidden) || c.max_hidden % kElemsPerVec != 0) {
+    return invalid_argument("max_hidden " + std::to_string(c.max_hidden) +
+                            " must be a multiple of 8 in [8, " + std::to_string(kMaxHidden) + "]");
+  }
+  if (c.max_tokens < 1 || c.max_tokens > static_cast<size_t>(INT32_MAX)) {
+    return invalid_argument("max_tokens " + std::to_string(c.max_tokens) +
+                            " must be in [1, 2^31)");
+  }
+  if (c.dtype != arfBFloat16 && c.dtype != arfFloat16) {
+    return invalid_argument("config dtype " + std::to_string(static_cast<int>(c.dtype)) +
+                            " must be arfBFloat16 or arfFloat16");
+  }
+  if (!valid_timeout(c.timeout_seconds) || !valid_timeout(c.init_timeout_seconds)) {
+    return invalid_argument("timeout_seconds " + std::to_string(c.timeout_seconds) +
+                            " and init_timeout_seconds " + std::to_string(c.init_timeout_seconds) +
+                            " must be finite and >= 0");
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t& c) {
+  ARF_RETURN_IF_ERROR(validate_config(c));
+  // From here on world and rank are sane, so a failure can be announced to the waiting peers.
+  auto fail = [&c](Status s) {
+    local::abandon(c.id, c.rank, c.world_size, s);
+    return s;
+  };
+  int device_count = 0;
+  Status s = cuda_status(cudaGetDeviceCount(&device_count), "cudaGetDeviceCount", __FILE__,
+                         __LINE__);
+  if (!s.is_ok()) return fail(s);
+  if (c.device >= device_count) {
+    return fail(invalid_argument("device " + std::to_string(c.device) +
+                                 " does not exist (this process sees " +
+                                 std::to_string(device_count) + " device(s))"));
+  }
+  local::RankInfo proto;
+  proto.device = c.device;
+  proto.dtype = c.dtype == arfFloat16 ? DType::kFp16 : DType::kBf16;
+  proto.max_tokens = static_cast<int64_t>(c.max_tokens);
+  proto.max_hidden = static_cast<int64_t>(c.max_hidden);
+  // Lamport capacity beyond max_tokens could never be used: every call is bounded by max_tokens.
+  proto.oneshot_max_tokens = static_cast<int64_t>(
+      c.oneshot_max_tokens == 0 ? c.max_tokens : std::min(c.oneshot_max_tokens, c.max_tokens));
+  s = cuda_status(cudaSetDevice(c.device), "cudaSetDevice", __FILE__, __LINE__);
+  if (s.is_ok()) {
+    s = cuda_status(
+        cudaDeviceGetAttribute(&proto.sm_count, cudaDevAttrMultiProcessorCount, c.device),
+        "cudaDeviceGetAttribute(MultiProcessorCount)", __FILE__, __LINE__);
+  }
+  Result<WorkspaceLayout> layout = workspace_layout(c.world_size, proto.dtype, proto.max_tokens,
+                                                    proto.max_hidden, proto.oneshot_max_tokens);
+  if (!s.is_ok() || !layout.is_ok()) return fail(s.is_ok() ? layout.status() : s);
+  Result<Workspace> ws = allocate_workspace(layout.value(), c.device);
+  if (!ws.is_ok()) return fail(ws.status());
+
+  // join reports its own failures to every rank; only the workspace is ours to undo.
+  local::RankInfo info = proto;
+  info.workspace = ws.value();
+  Result<std::shared_ptr<local::LocalGroup>> group =
+      local::join(c.id, c.rank, c.world_size, info, init_timeout(c));
+  if (!group.is_ok()) {
+    (void)free_workspace(&info.workspace);  // the join error is the one worth reporting
+    return group.status();
+  }
+
+  std::unique_ptr<Communicator> comm(new Communicator());
+  comm->rank_ = c.rank;
+  comm->device_ = c.device;
+  comm->group_ = group.take();
+  const std::vector<local::RankInfo>& infos = comm->group_->infos();
+  comm->facts_ = agree_facts(infos);
+  comm->error_host_ = infos[c.rank].workspace.error_host;
+  comm->base_params_ = make_base_params(c.rank, comm->facts_, infos, c.timeout_seconds);
+  comm->pointer_check_ = cuda_pointer_check();
+  return comm;
+}
+
+Communicator::~Communicator() { (void)destroy(); }
+
+Status Communicator::destroy() {
+  if (!group_) return Status::ok();
+  // Wait for this rank's kernels (on whatever streams the caller used) before the group may free
+  // workspaces that they read. Bounded: every spin-wait in the kernels times out.
+  Status sync;
+  {
+    ScopedDevice scoped;
+    sync = scoped.enter(device_);
+    if (sync.is_ok()) {
+      sync = cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
+    }
+  }
+  // Leave even if the sync failed: otherwise the other ranks' workspaces would never be freed.
+  const Status left = group_->leave(rank_);
+  group_.reset();
+  ARF_RETURN_IF_ERROR(sync);
+  return left;
+}
+
+Result<Plan> Communicator::plan(const arfFusedArgs_t& args) const {
+  ARF_RETURN_IF_ERROR(validate(args, facts_, device_, pointer_check_));
+  CallShape shape;
+  shape.pattern = static_cast<Pattern>(args.pattern);
+  shape.requested = static_cast<Algorithm>(args.algorithm);
+  shape.dtype = static_cast<DType>(args.dtype);
+  shape.num_elems = static_cast<int64_t>(args.num_tokens * args.hidden);
+  shape.row_elems = static_cast<int>(args.hidden);
+  shape.num_rows = static_cast<int64_t>(args.num_tokens);
+  return make_plan(shape, facts_);
+}
+
+Status Communicator::async_error() {
+  if (failed_) return failure_;
+  volatile ErrorRecord* rec = error_host_;
+  const int32_t code = rec->code;
+  if (code == 0) return Status::ok();
+  // The kernel claims `code` first and fills the other fields right after; this path runs once
+  // per communicator, so a short pause buys a complete report.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const arfStatus_t status =
+      code > 0 && code <= arfCommFailed ? static_cast<arfStatus_t>(code) : arfInternal;
+  failed_ = true;
+  failure_ = Status(status, "timeout: rank " + std::to_string(rec->rank) + " waited for peer " +
+                                std::to_string(rec->peer) + " in phase " +
+                                phase_name(rec->phase) + " (cta " + std::to_string(rec->cta) +
+                                ", epoch " + std::to_string(rec->epoch) + ")");
+  return failure_;
+}
+
+Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const KernelParams& params,
+                                    cudaStream_t stream) {
+  ScopedDevice scoped;
+  ARF_RETURN_IF_ERROR(scoped.enter(device_));
+  ARF_RETURN_IF_ERROR(launch(plan, pattern, facts_.dtype, params, stream));
+  last_plan_ = plan;
+  return Status::ok();
+}
+
+namespace {
+// Refuses work on a failed communicator; the first call to see a device error fails it.
+Status check_healthy(bool failed, const Status& failure) {
+  if (!failed) return Status::ok();
+  return Status(arfCommFailed, "communicator failed earlier: " + failure.message());
+}
+}  // namespace
+
+Status Communicator::fused_allreduce(const arfFusedArgs_t& args, cudaStream_t stream) {
+  ARF_RETURN_IF_ERROR(check_healthy(failed_, failure_));
+  (void)async_error();
+  ARF_RETURN_IF_ERROR(check_healthy(failed_, failure_));
+  Result<Plan> plan = this->plan(args);  // validates
+  if (!plan.is_ok()) return plan.status();
+  if (args.num_tokens == 0) return Status::ok();
+
+  KernelParams p = base_params_;
+  p.num_elems = static_cast<int64_t>(args.num_tokens * args.hidden);
+  p.row_elems = static_cast<int>(args.hidden);
+  p.num_rows = static_cast<int>(args.num_tokens);
+  p.input = args.input;
+  if (args.pattern == arfPatternAllReduce) {
+    p.allreduce_out = args.allreduce_out;
+  } else {
+    // Tensors a pattern does not use stay null, whatever the caller left in them.
+    p.residual_in = args.residual_in;
+    p.residual_out = args.residual_out;
+    p.norm_out = args.norm_out;
+    p.gamma = args.gamma;
+    p.gamma_fp32 = args.gamma_dtype == arfFloat32 ? 1 : 0;
+    p.gamma_offset = args.gamma_plus_one ? 1.0f : 0.0f;
+    p.eps = args.eps;
+  }
+  return launch_checked(plan.value(), static_cast<Pattern>(args.pattern), p, stream);
+}
+
+Status Communicator::allreduce(const void* in, void* out, size_t count, arfDataType_t dtype,
+                               cudaStream_t stream) {
+  ARF_RETURN_IF_ERROR(check_healthy(failed_, failure_));
+  (void)async_error();
+  ARF_RETURN_IF_ERROR(check_healthy(failed_, failure_));
+  ARF_RETURN_IF_ERROR(validate_allreduce(count, dtype, in, out, facts_, device_, pointer_check_));
+  // A flat count is laid out as rows of max_hidden (the last one partial), so it reuses the
+  // row-based kernels and their capacity accounting unchanged.
+  const int64_t elems = static_cast<int64_t>(count);
+  CallShape shape;
+  shape.pattern = Pattern::kAllReduce;
+  shape.dtype = facts_.dtype;
+  shape.num_elems = elems;
+  shape.row_elems = static_cast<int>(std::max<int64_t>(std::min(elems, facts_.max_hidden), 8));
+  shape.num_rows = (elems + shape.row_elems - 1) / shape.row_elems;
+  Result<Plan> plan = make_plan(shape, facts_);
+  if (!plan.is_ok()) return plan.status();
+  if (count == 0) return Status::ok();
+
+  KernelParams p = base_params_;
+  p.num_elems = elems;
+  p.row_elems = shape.row_elems;
+  p.num_rows = static_cast<int>(shape.num_rows);
+  p.input = in;
+  p.allreduce_out = out;
+  return launch_checked(plan.value(), Pattern::kAllReduce, p, stream);
+}
+
+}  // namespace arf

@@ -1,0 +1,80 @@
+// One rank of a communicator: its config, workspace, the rendezvous group that connects it to its
+// peers, the static facts every rank agreed on, and its failure state. The C API (api.cc) is a thin
+// shell over this class; everything here returns Status and throws nothing.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+
+#include "arfusion/arfusion.h"
+#include "core/status.h"
+#include "core/validate.h"
+#include "kernels/kernel_params.h"
+#include "policy/plan.h"
+#include "transport/local.h"
+
+namespace arf {
+
+// Checks a config on its own (no CUDA calls): struct_size/version, world in {1,2,4,8},
+// 0 <= rank < world, max_hidden a multiple of 8 in [8, 16384], 1 <= max_tokens <= INT32_MAX,
+// dtype bf16/fp16, timeouts finite and >= 0, transport local (ipc -> Unsupported).
+Status validate_config(const arfCommConfig_t& config);
+
+class Communicator {
+ public:
+  // Collective (see arfCommInitRank): validates the config, allocates the workspace on
+  // config.device, joins the rendezvous and agrees on StaticFacts. Blocks up to
+  // init_timeout_seconds. Sets the calling thread's current device. Not graph-capturable.
+  static Result<std::unique_ptr<Communicator>> create(const arfCommConfig_t& config);
+
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  ~Communicator();  // leaves the group if destroy() was never called (errors are dropped)
+
+  // Collective, non-blocking across ranks: synchronizes this rank's device, then leaves the group;
+  // the last rank to leave frees every workspace. Call once; later calls are no-ops.
+  Status destroy();
+
+  // Pure and rank-symmetric: validate + make_plan. No CUDA calls except the pointer check.
+  Result<Plan> plan(const arfFusedArgs_t& args) const;
+
+  // Stream-ordered fused all-reduce (arfFusedAllReduce). Refuses with CommFailed once failed.
+  // Graph-capture safe. One host thread at a time.
+  Status fused_allreduce(const arfFusedArgs_t& args, cudaStream_t stream);
+
+  // out = sum over ranks of in, as rows of min(count, max_hidden) elements (arfAllReduce).
+  Status allreduce(const void* in, void* out, size_t count, arfDataType_t dtype,
+                   cudaStream_t stream);
+
+  // Reads the host-mapped ErrorRecord without synchronizing. After a device timeout, marks the
+  // communicator failed and returns (now and forever) arfTimeout naming rank, peer, phase, CTA
+  // and epoch.
+  Status async_error();
+
+  int rank() const { return rank_; }
+  int world() const { return facts_.world; }
+  int device() const { return device_; }
+  const StaticFacts& facts() const { return facts_; }
+  // The plan of the last successful launch (default-constructed before the first).
+  const Plan& last_plan() const { return last_plan_; }
+
+ private:
+  Communicator() = default;
+  Status launch_checked(const Plan& plan, Pattern pattern, const KernelParams& params,
+                        cudaStream_t stream);
+
+  int rank_ = 0;
+  int device_ = 0;
+  StaticFacts facts_;
+  std::shared_ptr<local::LocalGroup> group_;  // null once destroyed
+  ErrorRecord* error_host_ = nullptr;         // this rank's record (owned by the group)
+  KernelParams base_params_{};  // everything but the call's shape and tensors, built once
+  PointerCheck pointer_check_;
+  Plan last_plan_;
+  bool failed_ = false;
+  Status failure_;  // why, once failed_
+};
+
+}  // namespace arf
