@@ -75,7 +75,7 @@ struct WorldOptions {
   size_t max_tokens = 1024;
   size_t max_hidden = 8192;
   size_t oneshot_max_tokens = 0;  // 0 = max_tokens
-  double timeout_seconds = 10.0;  // bounded waits: a protocol bug fails, it does not hang
+  double timeout_seconds = 5.0;  // bounded waits: a protocol bug fails fast, it does not hang
 };
 
 // Devices of the ranks: ARF_TEST_DEVICES="0,1,..." (rank r gets entry r % count), else device 0

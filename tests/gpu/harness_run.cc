@@ -2,7 +2,9 @@
 // then compare every output with the CPU reference, across ranks, and with a forced-unfused rerun.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <thread>
@@ -15,6 +17,7 @@ namespace {
 // Reports at most this many mismatching (call, rank, output) triples per check, so one broken
 // kernel does not bury the log.
 constexpr size_t kMaxReported = 12;
+constexpr double kSlowBatchSeconds = 2.0;
 
 void report(const std::vector<std::vector<std::string>>& per_call_errors) {
   size_t reported = 0, total = 0;
@@ -45,6 +48,7 @@ std::vector<CallResult> run_calls(const World& world, const std::vector<CallSpec
   std::vector<std::vector<std::unique_ptr<CallBuffers>>> buffers(world_size);
   const uint64_t skew_seed = test_seed();
   HangGuard guard(options.hang_seconds, "a batch of " + std::to_string(num_calls) + " calls");
+  std::vector<double> call_seconds(world_size, 0);
   world.run_ranks([&](int r) {
     const cudaStream_t stream = world.stream(r);
     for (size_t c = 0; c < num_calls; ++c) {
@@ -53,6 +57,7 @@ std::vector<CallResult> run_calls(const World& world, const std::vector<CallSpec
     }
     if (!cuda_ok(cudaStreamSynchronize(stream), "upload")) return;
     std::mt19937_64 rng(mix_seed(skew_seed, r));
+    const auto start = std::chrono::steady_clock::now();
     for (size_t c = 0; c < num_calls; ++c) {
       if (options.max_skew_us > 0) {
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % (options.max_skew_us + 1)));
@@ -62,12 +67,21 @@ std::vector<CallResult> run_calls(const World& world, const std::vector<CallSpec
       if (options.clobber_inputs) buffers[r][c]->clobber_inputs(stream);
     }
     cuda_ok(cudaStreamSynchronize(stream), "stream after calls");
+    call_seconds[r] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const arfStatus_t async = arfCommGetAsyncError(world.comm(r));
     if (async != arfSuccess) {
       ADD_FAILURE() << "rank " << r << " async error: " << status_text(async);
     }
     for (size_t c = 0; c < num_calls; ++c) results[c][r] = buffers[r][c]->download(stream);
   });
+  // Not a failure (timing is not a contract here), but a batch this slow means ranks waited on
+  // each other for far longer than any call takes: worth knowing when a later check fails.
+  const double slowest = *std::max_element(call_seconds.begin(), call_seconds.end());
+  if (slowest > kSlowBatchSeconds) {
+    std::printf("[   NOTE   ] %zu calls took %.2f s on the slowest rank (first: %s)\n", num_calls,
+                slowest, specs[0].label().c_str());
+  }
   return results;
 }
 
@@ -175,6 +189,7 @@ void run_and_check(const World& world, const std::vector<CallSpec>& specs,
   }
   if (!any_fused) return;
   const std::vector<CallResult> unfused_results = run_calls(world, unfused, data, options);
+  if (::testing::Test::HasFailure()) return;  // the unfused run itself failed: already reported
   check_identical(specs, results, unfused_results, "fused vs unfused");
 }
 

@@ -56,9 +56,9 @@ TEST_P(Matrix, MatchesReferenceOnEveryRank) {
   const std::vector<CallSpec> specs = matrix_specs(algorithm, pattern, world_size);
   // The plan must honour the forced algorithm on every rank before anything runs.
   for (const CallSpec& spec : specs) {
-    CallBuffers buffers(world->device(0), spec, dtype);
-    const arfFusedArgs_t args = buffers.args();
     for (int r = 0; r < world_size; ++r) {
+      const CallBuffers buffers(world->device(r), spec, dtype);
+      const arfFusedArgs_t args = buffers.args();
       arfPlan_t plan;
       const arfStatus_t st = arfPlan(world->comm(r), &args, &plan);
       ASSERT_EQ(st, arfSuccess) << spec.label() << " rank " << r << ": " << status_text(st);
