@@ -2,7 +2,6 @@
 #include "args.h"
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -37,7 +36,8 @@ std::vector<arfAlgorithm_t> parse_algos(const std::vector<std::string>& names) {
 }
 
 std::vector<int64_t> token_sweep(int64_t tmin, int64_t tmax) {
-  if (tmin < 1 || tmax < tmin) throw CLI::ValidationError("--tmin/--tmax", "need 1 <= tmin <= tmax");
+  if (tmin < 1 || tmax < tmin)
+    throw CLI::ValidationError("--tmin/--tmax", "need 1 <= tmin <= tmax");
   std::vector<int64_t> tokens;
   for (int64_t t = tmin; t <= tmax; t *= 2) tokens.push_back(t);
   return tokens;
@@ -45,16 +45,22 @@ std::vector<int64_t> token_sweep(int64_t tmin, int64_t tmax) {
 
 void add_sweep_options(CLI::App& app, BenchArgs& a, std::string& algos, int64_t& tmin,
                        int64_t& tmax) {
-  app.add_option("--op", a.op, "allreduce | fused (all-reduce+residual+RMSNorm) | epilogue (world 1)")
-      ->transform(CLI::CheckedTransformer(kOps))->option_text("OP [fused]");
+  app.add_option("--op", a.op,
+                 "allreduce | fused (all-reduce+residual+RMSNorm) | epilogue (world 1)")
+      ->transform(CLI::CheckedTransformer(kOps))
+      ->option_text("OP [fused]");
   app.add_option("-b,--minbytes", a.min_bytes, "allreduce: smallest size per rank (K/M/G suffixes)")
-      ->transform(CLI::AsSizeValue(false))->capture_default_str();
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
   app.add_option("-e,--maxbytes", a.max_bytes, "allreduce: largest size per rank")
-      ->transform(CLI::AsSizeValue(false))->capture_default_str();
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
   app.add_option("-f,--stepfactor", a.step_factor, "allreduce: size multiplier per row")
-      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))->capture_default_str();
-  app.add_option("-a,--algos", algos,
-                 "comma-separated algorithms (auto = the planner's choice; --op epilogue times auto)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option(
+         "-a,--algos", algos,
+         "comma-separated algorithms (auto = the planner's choice; --op epilogue times auto)")
       ->capture_default_str();
   app.add_option("--hidden", a.hidden, "columns per token (row width)")->capture_default_str();
   app.add_option("--tokens", a.tokens, "comma-separated token counts (overrides --tmin/--tmax)")
@@ -64,27 +70,36 @@ void add_sweep_options(CLI::App& app, BenchArgs& a, std::string& algos, int64_t&
   app.add_option("--tmax", tmax, "largest token count of the power-of-two sweep")
       ->capture_default_str();
   app.add_option("-d,--datatype", a.dtype, "bf16 | fp16")
-      ->transform(CLI::CheckedTransformer(kDtypes))->option_text("TYPE [bf16]");
+      ->transform(CLI::CheckedTransformer(kDtypes))
+      ->option_text("TYPE [bf16]");
 }
 
 void add_run_options(CLI::App& app, BenchArgs& a) {
   app.add_option("-n,--iters", a.iters, "timed calls per measurement")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("-w,--warmup_iters", a.warmup_iters, "untimed calls before each measurement")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("-c,--check", a.check, "1: verify each (size, algorithm) against the CPU reference")
-      ->check(CLI::Range(0, 1))->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("-c,--check", a.check,
+                 "1: verify each (size, algorithm) against the CPU reference")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
   app.add_option("-G,--cudagraph", a.graph_replays,
                  "0: eager; N: capture -n calls per rank into a CUDA graph, time N replays")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("-J,--json", a.json_path, "write every row and a header object to FILE");
   auto* devices = app.add_option("--devices", a.devices,
                                  "rank r runs on device list[r]; repeats = virtual ranks (0,0,0,0)")
                       ->delimiter(',');
-  app.add_option("--nranks", a.num_ranks, "ranks on devices r % visible GPUs (default: all GPUs; "
-                                          "8 virtual ranks when one GPU is visible)")
-      ->check(CLI::Range(1, ARF_MAX_RANKS))->excludes(devices);
-  app.add_option("--max-tokens", a.max_tokens, "communicator capacity in tokens (default: sweep max)")
+  app.add_option("--nranks", a.num_ranks,
+                 "ranks on devices r % visible GPUs (default: all GPUs; "
+                 "8 virtual ranks when one GPU is visible)")
+      ->check(CLI::Range(1, ARF_MAX_RANKS))
+      ->excludes(devices);
+  app.add_option("--max-tokens", a.max_tokens,
+                 "communicator capacity in tokens (default: sweep max)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--dry-run", a.dry_run, "print the resolved sweep and exit without using CUDA");
 }
@@ -93,9 +108,12 @@ void add_run_options(CLI::App& app, BenchArgs& a) {
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::kAllReduce: return "allreduce";
-    case Op::kFused: return "fused";
-    case Op::kEpilogue: return "epilogue";
+    case Op::kAllReduce:
+      return "allreduce";
+    case Op::kFused:
+      return "fused";
+    case Op::kEpilogue:
+      return "epilogue";
   }
   return "?";
 }
@@ -104,9 +122,12 @@ size_t dtype_size(arfDataType_t dtype) { return dtype == arfFloat32 ? 4 : 2; }
 
 const char* dtype_name(arfDataType_t dtype) {
   switch (dtype) {
-    case arfBFloat16: return "bf16";
-    case arfFloat16: return "fp16";
-    case arfFloat32: return "fp32";
+    case arfBFloat16:
+      return "bf16";
+    case arfFloat16:
+      return "fp16";
+    case arfFloat32:
+      return "fp32";
   }
   return "?";
 }

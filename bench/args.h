@@ -1,6 +1,6 @@
 // Command line of arfusion-bench: nccl-tests vocabulary (-b -e -f -n -w -c -G -d -J) plus the
-// fused-op axes (--op, -a, --hidden, --tokens, --devices). Parsing is pure host code, so it runs and
-// can be tested on a machine without a GPU; device defaults are resolved later (devices.h).
+// fused-op axes (--op, -a, --hidden, --tokens, --devices). Parsing is pure host code, so it runs
+// and can be tested on a machine without a GPU; device defaults are resolved later (devices.h).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +29,7 @@ struct BenchArgs {
   std::vector<arfAlgorithm_t> algos;  // resolved from -a
   int iters = 20;
   int warmup_iters = 5;
-  int check = 1;        // 1: verify every (size, algorithm) before timing it
+  int check = 1;          // 1: verify every (size, algorithm) before timing it
   int graph_replays = 1;  // 0: eager launches; N: capture `iters` calls, replay the graph N times
   std::string json_path;  // empty: no JSON
   // Ranks: explicit device list, or a rank count; neither = all visible GPUs (8 virtual if one).

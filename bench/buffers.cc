@@ -47,8 +47,8 @@ int affordable_input_sets(int64_t set_bytes, int ranks_on_device) {
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return 1;
   const int64_t budget = static_cast<int64_t>(free_bytes / 4) / std::max(1, ranks_on_device);
-  return static_cast<int>(std::clamp<int64_t>(budget / std::max<int64_t>(1, set_bytes), 1,
-                                              kMaxInputSets));
+  return static_cast<int>(
+      std::clamp<int64_t>(budget / std::max<int64_t>(1, set_bytes), 1, kMaxInputSets));
 }
 
 std::string allocate_buffers(int rank, int64_t capacity_elems, int64_t hidden, arfDataType_t dtype,
@@ -101,8 +101,8 @@ std::string upload(void* dst, const std::vector<uint16_t>& host, cudaStream_t st
 std::string download(const void* src, int64_t count, cudaStream_t stream,
                      std::vector<uint16_t>* host) {
   host->resize(count);
-  cudaError_t err = cudaMemcpyAsync(host->data(), src, count * sizeof(uint16_t),
-                                    cudaMemcpyDeviceToHost, stream);
+  cudaError_t err =
+      cudaMemcpyAsync(host->data(), src, count * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
   return err == cudaSuccess ? "" : cuda_message(err, "download");
 }

@@ -11,7 +11,8 @@
 namespace arf::bench {
 namespace {
 
-// 0xFFFF is a NaN in both bf16 and fp16, which no correct output equals bitwise or within tolerance.
+// 0xFFFF is a NaN in both bf16 and fp16, which no correct output equals bitwise or within
+// tolerance.
 constexpr int kPoisonByte = 0xFF;
 
 struct CheckData {
@@ -70,7 +71,8 @@ std::string run_and_download(const BenchContext& ctx, const CallSpec& spec, int 
   if (why.empty()) why = cuda_error(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   if (why.empty()) why = comm_health(ctx, rank);
   const RankBuffers& b = ctx.buffers[rank];
-  if (why.empty() && !is_fused(spec)) return download(b.allreduce_out, spec.elems(), stream, &d.got[rank]);
+  if (why.empty() && !is_fused(spec))
+    return download(b.allreduce_out, spec.elems(), stream, &d.got[rank]);
   if (why.empty()) why = download(b.residual_out, spec.elems(), stream, &d.got[rank]);
   if (why.empty()) why = download(b.norm_out, spec.elems(), stream, &d.got_norm[rank]);
   return why;
@@ -106,8 +108,8 @@ void reference_rows(const BenchContext& ctx, const CallSpec& spec, int64_t row0,
 void compute_reference(const BenchContext& ctx, const CallSpec& spec, CheckData& d) {
   d.want.resize(spec.elems());
   if (is_fused(spec)) d.want_norm.resize(spec.elems());
-  const int workers = static_cast<int>(std::clamp<int64_t>(
-      std::thread::hardware_concurrency(), 1, spec.tokens));
+  const int workers =
+      static_cast<int>(std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, spec.tokens));
   std::vector<std::jthread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
@@ -121,8 +123,10 @@ std::string describe(const CallSpec& spec, DType dt, int rank, const CheckData& 
   const int64_t n = spec.elems(), row = spec.row_elems;
   const char* name = is_fused(spec) ? "residual_out" : "allreduce_out";
   std::string why = ref::first_bitwise_mismatch(d.got[rank].data(), d.want.data(), n, row, name);
-  if (why.empty() && is_fused(spec)) why = ref::first_norm_mismatch(d.got_norm[rank].data(), d.want_norm, row, dt);
-  if (why.empty()) why = ref::first_bitwise_mismatch(d.got[rank].data(), d.got[0].data(), n, row, "vs rank 0");
+  if (why.empty() && is_fused(spec))
+    why = ref::first_norm_mismatch(d.got_norm[rank].data(), d.want_norm, row, dt);
+  if (why.empty())
+    why = ref::first_bitwise_mismatch(d.got[rank].data(), d.got[0].data(), n, row, "vs rank 0");
   if (why.empty() && is_fused(spec)) {
     why = ref::first_bitwise_mismatch(d.got_norm[rank].data(), d.got_norm[0].data(), n, row,
                                       "norm_out vs rank 0");
@@ -140,7 +144,8 @@ int64_t count_wrong(const CallSpec& spec, DType dt, int rank, const CheckData& d
   if (is_fused(spec)) {
     const std::vector<uint16_t>& norm = d.got_norm[rank];
     for (int64_t i = 0; i < spec.elems(); ++i) {
-      wrong += !ref::norm_within_tolerance(norm[i], d.want_norm[i], dt) || norm[i] != d.got_norm[0][i];
+      wrong +=
+          !ref::norm_within_tolerance(norm[i], d.want_norm[i], dt) || norm[i] != d.got_norm[0][i];
     }
   }
   if (wrong > 0) *detail = describe(spec, dt, rank, d);

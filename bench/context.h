@@ -18,9 +18,9 @@ struct BenchContext {
   const BenchArgs* args = nullptr;
   RankLayout layout;
   RankPool* pool = nullptr;
-  std::vector<arfComm_t> comms;        // comms[rank]
-  std::vector<cudaStream_t> streams;   // streams[rank], non-blocking
-  std::vector<RankBuffers> buffers;    // buffers[rank]
+  std::vector<arfComm_t> comms;       // comms[rank]
+  std::vector<cudaStream_t> streams;  // streams[rank], non-blocking
+  std::vector<RankBuffers> buffers;   // buffers[rank]
 
   int world() const { return static_cast<int>(comms.size()); }
 };

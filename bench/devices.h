@@ -16,9 +16,9 @@ struct DeviceInfo {
 };
 
 struct RankLayout {
-  std::vector<int> devices;        // devices[rank]
-  std::vector<DeviceInfo> info;    // info[rank]
-  bool virtual_ranks = false;      // some device hosts more than one rank
+  std::vector<int> devices;      // devices[rank]
+  std::vector<DeviceInfo> info;  // info[rank]
+  bool virtual_ranks = false;    // some device hosts more than one rank
   int max_ranks_per_device = 1;
 };
 

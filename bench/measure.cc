@@ -46,7 +46,9 @@ Cell measure_nccl(BenchContext& ctx, const NcclBaseline& nccl, const CallSpec& s
   cell.chosen = nccl.label();
   Timing t = time_collective(
       *ctx.pool, ctx.streams,
-      [&](int rank, int i, cudaStream_t stream) { return nccl.enqueue(ctx, spec, rank, i, stream); },
+      [&](int rank, int i, cudaStream_t stream) {
+        return nccl.enqueue(ctx, spec, rank, i, stream);
+      },
       [&](int rank) { return nccl.health(rank); }, cfg);
   cell.us = t.max_us;
   cell.error = t.error;

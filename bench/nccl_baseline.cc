@@ -55,9 +55,9 @@ std::string NcclBaseline::enqueue(const BenchContext& ctx, const CallSpec& spec,
   const RankBuffers& b = ctx.buffers[rank];
   const int set = call % b.num_sets();
   const ncclDataType_t type = b.dtype == arfFloat16 ? ncclFloat16 : ncclBfloat16;
-  ncclResult_t result = api_.all_reduce(b.input[set], b.allreduce_out,
-                                        static_cast<size_t>(spec.elems()), type, ncclSum,
-                                        comms_[rank], stream);
+  ncclResult_t result =
+      api_.all_reduce(b.input[set], b.allreduce_out, static_cast<size_t>(spec.elems()), type,
+                      ncclSum, comms_[rank], stream);
   if (result != ncclSuccess) return "ncclAllReduce: " + nccl_error(result);
   if (epilogue_comms_.empty() || spec.pattern == arfPatternAllReduce) return "";
   CallSpec epilogue = spec;

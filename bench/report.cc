@@ -45,7 +45,8 @@ std::string virtual_note(const RankLayout& layout) {
   const std::set<int> gpus(layout.devices.begin(), layout.devices.end());
   const std::string n = std::to_string(layout.devices.size());
   if (gpus.size() == 1) {
-    return "NOTE: " + n + " virtual ranks on one GPU — timings exercise the protocol through HBM, "
+    return "NOTE: " + n +
+           " virtual ranks on one GPU — timings exercise the protocol through HBM, "
            "not NVLink";
   }
   return "NOTE: " + n + " ranks on " + std::to_string(gpus.size()) + " GPUs (up to " +
@@ -85,12 +86,19 @@ void Report::print_header() const {
   const std::string note = virtual_note(header_.layout);
   if (!note.empty()) std::printf("# %s\n", note.c_str());
   if (!header_.nccl_note.empty()) std::printf("# %s\n", header_.nccl_note.c_str());
-  std::printf("# time(us) = max over ranks of (elapsed / calls); each rank times its own stream "
-              "with CUDA events after a host barrier\n#\n");
+  std::printf(
+      "# time(us) = max over ranks of (elapsed / calls); each rank times its own stream "
+      "with CUDA events after a host barrier\n#\n");
   switch (args_.op) {
-    case Op::kAllReduce: print_allreduce_header(); break;
-    case Op::kFused: print_fused_header(); break;
-    case Op::kEpilogue: print_epilogue_header(); break;
+    case Op::kAllReduce:
+      print_allreduce_header();
+      break;
+    case Op::kFused:
+      print_fused_header();
+      break;
+    case Op::kEpilogue:
+      print_epilogue_header();
+      break;
   }
   std::fflush(stdout);
 }
@@ -159,16 +167,18 @@ void Report::print_fused_row(const Row& row) const {
   for (int i : fused_display_order()) {
     const Cell& c = row.cells[i];
     std::printf(" %*s", time_width(c.column), cell_value(c, c.us, "%.2f").c_str());
-    if (c.column == "auto") std::printf(" %*s", kAlgoNameWidth, c.chosen.empty() ? "-" : c.chosen.c_str());
+    if (c.column == "auto")
+      std::printf(" %*s", kAlgoNameWidth, c.chosen.empty() ? "-" : c.chosen.c_str());
   }
   const std::string speedup = std::isnan(s.speedup) ? "-" : format("%.2f", s.speedup);
   std::printf(" %8s %8s\n", speedup.c_str(), wrong_text(s.wrong, s.failed).c_str());
 }
 
 void Report::print_epilogue_header() const {
-  std::printf("# D2D copy bandwidth: %.1f GB/s (cudaMemcpyAsync of %.2f GiB, read + write bytes "
-              "counted, median of 5)\n#\n",
-              header_.copy_gbps, static_cast<double>(header_.copy_bytes) / (1 << 30));
+  std::printf(
+      "# D2D copy bandwidth: %.1f GB/s (cudaMemcpyAsync of %.2f GiB, read + write bytes "
+      "counted, median of 5)\n#\n",
+      header_.copy_gbps, static_cast<double>(header_.copy_bytes) / (1 << 30));
   std::printf("#  tokens  hidden  bytes_moved      time  achieved   %%copy %*s   #wrong\n",
               kAlgoNameWidth, "algo");
   std::printf("#                          (B)      (us)    (GB/s)     (%%)\n");
@@ -189,13 +199,18 @@ void Report::print_epilogue_row(const Row& row) const {
 void Report::add_row(Row row) {
   rows_.push_back(std::move(row));
   switch (args_.op) {
-    case Op::kAllReduce: print_allreduce_row(rows_.back()); break;
-    case Op::kFused: print_fused_row(rows_.back()); break;
-    case Op::kEpilogue: print_epilogue_row(rows_.back()); break;
+    case Op::kAllReduce:
+      print_allreduce_row(rows_.back());
+      break;
+    case Op::kFused:
+      print_fused_row(rows_.back());
+      break;
+    case Op::kEpilogue:
+      print_epilogue_row(rows_.back());
+      break;
   }
   std::fflush(stdout);
 }
-
 
 void Report::print_footer() const {
   if (args_.op == Op::kAllReduce) {
@@ -224,8 +239,8 @@ void Report::print_footer() const {
         std::printf("# err   %s at %s: %s\n", c.column.c_str(), where.c_str(), c.error.c_str());
       }
       if (!c.note.empty()) {
-        std::printf("# wrong %s at %s: %lld elements; first: %s\n", c.column.c_str(),
-                    where.c_str(), static_cast<long long>(c.wrong), c.note.c_str());
+        std::printf("# wrong %s at %s: %lld elements; first: %s\n", c.column.c_str(), where.c_str(),
+                    static_cast<long long>(c.wrong), c.note.c_str());
       }
     }
   }

@@ -1,7 +1,6 @@
 // -J FILE: {"header": {...run facts...}, "rows": [{...every field of a row...}]}. NaN -> null.
-#include <nlohmann/json.hpp>
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "report.h"
 #include "summary.h"
@@ -18,20 +17,33 @@ json header_json(const BenchArgs& a, const RunHeader& h, const std::vector<std::
   json devices = json::array();
   for (size_t r = 0; r < h.layout.info.size(); ++r) {
     const DeviceInfo& d = h.layout.info[r];
-    devices.push_back({{"rank", r}, {"ordinal", d.ordinal}, {"name", d.name},
-                       {"sm_count", d.sm_count}, {"l2_bytes", d.l2_bytes}});
+    devices.push_back({{"rank", r},
+                       {"ordinal", d.ordinal},
+                       {"name", d.name},
+                       {"sm_count", d.sm_count},
+                       {"l2_bytes", d.l2_bytes}});
   }
-  json j = {{"tool", "arfusion-bench"}, {"arfusion_version", h.version}, {"date", h.date},
-            {"command_line", a.command_line}, {"op", op_name(a.op)},
-            {"dtype", dtype_name(a.dtype)}, {"hidden", a.hidden},
-            {"world", h.layout.devices.size()}, {"virtual_ranks", h.layout.virtual_ranks},
-            {"max_ranks_per_device", h.layout.max_ranks_per_device}, {"devices", devices},
-            {"iters", a.iters}, {"warmup_iters", a.warmup_iters},
-            {"graph_replays", a.graph_replays}, {"check", a.check},
-            {"input_sets", h.num_input_sets}, {"columns", columns},
+  json j = {{"tool", "arfusion-bench"},
+            {"arfusion_version", h.version},
+            {"date", h.date},
+            {"command_line", a.command_line},
+            {"op", op_name(a.op)},
+            {"dtype", dtype_name(a.dtype)},
+            {"hidden", a.hidden},
+            {"world", h.layout.devices.size()},
+            {"virtual_ranks", h.layout.virtual_ranks},
+            {"max_ranks_per_device", h.layout.max_ranks_per_device},
+            {"devices", devices},
+            {"iters", a.iters},
+            {"warmup_iters", a.warmup_iters},
+            {"graph_replays", a.graph_replays},
+            {"check", a.check},
+            {"input_sets", h.num_input_sets},
+            {"columns", columns},
             {"time_definition", "max over ranks of (elapsed / calls), microseconds"},
-            {"nccl", {{"column", h.nccl_label.empty() ? json(nullptr) : json(h.nccl_label)},
-                      {"note", h.nccl_note}}}};
+            {"nccl",
+             {{"column", h.nccl_label.empty() ? json(nullptr) : json(h.nccl_label)},
+              {"note", h.nccl_note}}}};
   if (!h.git_commit.empty()) j["git_commit"] = h.git_commit;
   if (a.op == Op::kEpilogue) {
     j["copy_bandwidth_gbps"] = number(h.copy_gbps);
@@ -42,10 +54,17 @@ json header_json(const BenchArgs& a, const RunHeader& h, const std::vector<std::
 
 json cell_json(const Cell& c, const Row& row, int world) {
   const double algbw = gbps(static_cast<double>(row.bytes), c.us);
-  return {{"column", c.column}, {"time_us", number(c.us)}, {"algbw_gbps", number(algbw)},
-          {"busbw_gbps", number(algbw * busbw_factor(world))}, {"wrong", count_or_null(c.wrong)},
-          {"chosen_algorithm", c.chosen}, {"plan_reason", c.reason}, {"error", c.error},
-          {"unsupported", c.unsupported}, {"skipped", c.skipped}, {"mismatch", c.note}};
+  return {{"column", c.column},
+          {"time_us", number(c.us)},
+          {"algbw_gbps", number(algbw)},
+          {"busbw_gbps", number(algbw * busbw_factor(world))},
+          {"wrong", count_or_null(c.wrong)},
+          {"chosen_algorithm", c.chosen},
+          {"plan_reason", c.reason},
+          {"error", c.error},
+          {"unsupported", c.unsupported},
+          {"skipped", c.skipped},
+          {"mismatch", c.note}};
 }
 
 json row_json(const Row& row, const BenchArgs& a, const RunHeader& h) {
@@ -53,9 +72,15 @@ json row_json(const Row& row, const BenchArgs& a, const RunHeader& h) {
   const RowSummary s = summarize(row, h.nccl_label);
   json results = json::array();
   for (const Cell& c : row.cells) results.push_back(cell_json(c, row, world));
-  json j = {{"op", op_name(a.op)}, {"tokens", row.tokens}, {"hidden", row.row_elems},
-            {"count", row.count}, {"bytes", row.bytes}, {"type", dtype_name(a.dtype)},
-            {"wrong", count_or_null(s.wrong)}, {"failed", s.failed}, {"results", results}};
+  json j = {{"op", op_name(a.op)},
+            {"tokens", row.tokens},
+            {"hidden", row.row_elems},
+            {"count", row.count},
+            {"bytes", row.bytes},
+            {"type", dtype_name(a.dtype)},
+            {"wrong", count_or_null(s.wrong)},
+            {"failed", s.failed},
+            {"results", results}};
   if (a.op == Op::kFused) {
     j["unfused_us"] = s.unfused != nullptr ? number(s.unfused->us) : json(nullptr);
     j["best_fused"] = s.best_fused != nullptr ? json(s.best_fused->column) : json(nullptr);

@@ -13,15 +13,15 @@
 namespace arf::bench {
 
 struct Cell {
-  std::string column;         // algorithm name, or the NCCL label
-  double us = NAN;            // max over ranks of (elapsed / calls); NaN when not measured
-  int64_t wrong = -1;         // elements wrong in the check; -1 = not checked
-  std::string chosen;         // the algorithm arfPlan chose (auto) or that ran
-  std::string reason;         // the plan's reason string
-  std::string error;          // why there is no time, or why the check could not run
-  std::string note;           // first mismatch the check found ("" when none)
-  bool unsupported = false;   // the planner refused this (algorithm, shape): n/a, not an error
-  bool skipped = false;       // not run: a communicator had failed earlier in the sweep
+  std::string column;        // algorithm name, or the NCCL label
+  double us = NAN;           // max over ranks of (elapsed / calls); NaN when not measured
+  int64_t wrong = -1;        // elements wrong in the check; -1 = not checked
+  std::string chosen;        // the algorithm arfPlan chose (auto) or that ran
+  std::string reason;        // the plan's reason string
+  std::string error;         // why there is no time, or why the check could not run
+  std::string note;          // first mismatch the check found ("" when none)
+  bool unsupported = false;  // the planner refused this (algorithm, shape): n/a, not an error
+  bool skipped = false;      // not run: a communicator had failed earlier in the sweep
 };
 
 struct Row {
@@ -38,10 +38,10 @@ struct RunHeader {
   std::string git_commit;  // $ARF_GIT_COMMIT, or ""
   RankLayout layout;
   int num_input_sets = 1;
-  double copy_gbps = NAN;     // epilogue: D2D copy bandwidth, read+write bytes counted
-  int64_t copy_bytes = 0;     // size of that copy
-  std::string nccl_label;     // "" when NCCL is not timed
-  std::string nccl_note;      // why NCCL is skipped, or its version
+  double copy_gbps = NAN;  // epilogue: D2D copy bandwidth, read+write bytes counted
+  int64_t copy_bytes = 0;  // size of that copy
+  std::string nccl_label;  // "" when NCCL is not timed
+  std::string nccl_note;   // why NCCL is skipped, or its version
 };
 
 // Bandwidths in GB/s (1e9 bytes per second) for `bytes` moved in `us` microseconds.

@@ -95,10 +95,12 @@ void measure_copy_bandwidth(BenchContext& ctx, RunHeader* header) {
   std::string why;
   ctx.pool->run([&](int rank) {
     if (rank == 0) {
-      header->copy_gbps = copy_bandwidth_gbps(kCopyBytes, ctx.streams[0], &header->copy_bytes, &why);
+      header->copy_gbps =
+          copy_bandwidth_gbps(kCopyBytes, ctx.streams[0], &header->copy_bytes, &why);
     }
   });
-  if (!why.empty()) std::fprintf(stderr, "arfusion-bench: copy bandwidth not measured: %s\n", why.c_str());
+  if (!why.empty())
+    std::fprintf(stderr, "arfusion-bench: copy bandwidth not measured: %s\n", why.c_str());
 }
 
 Cell skipped_cell(const std::string& column) {
@@ -111,8 +113,8 @@ Cell skipped_cell(const std::string& column) {
 
 // A failed communicator refuses every later call (arfCommFailed), so after the first failure the
 // row's remaining cells are marked skipped and *stopped says why; the caller ends the sweep.
-Row measure_row(BenchContext& ctx, const NcclBaseline* nccl, CallSpec spec,
-                const TimingConfig& cfg, uint64_t* calls, std::string* stopped) {
+Row measure_row(BenchContext& ctx, const NcclBaseline* nccl, CallSpec spec, const TimingConfig& cfg,
+                uint64_t* calls, std::string* stopped) {
   Row row;
   row.tokens = spec.tokens;
   row.row_elems = spec.row_elems;
@@ -167,8 +169,8 @@ int run_bench(const BenchArgs& args) {
   uint64_t calls = 0;
   std::string stopped;
   for (const CallSpec& spec : shapes) {
-    report.add_row(measure_row(ctx, header.nccl_label.empty() ? nullptr : &nccl, spec, cfg, &calls,
-                               &stopped));
+    report.add_row(
+        measure_row(ctx, header.nccl_label.empty() ? nullptr : &nccl, spec, cfg, &calls, &stopped));
     if (!stopped.empty()) break;
   }
   report.set_stopped(stopped);

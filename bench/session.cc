@@ -49,14 +49,15 @@ std::string Session::make_streams_and_buffers(int64_t capacity_elems) {
     // Non-blocking: no implicit ordering with the legacy stream, which other rank threads' graph
     // captures must not be joined to.
     cudaError_t err = cudaStreamCreateWithFlags(&ctx_.streams[rank], cudaStreamNonBlocking);
-    if (err != cudaSuccess) errors[rank] = std::string("cudaStreamCreate: ") + cudaGetErrorString(err);
+    if (err != cudaSuccess)
+      errors[rank] = std::string("cudaStreamCreate: ") + cudaGetErrorString(err);
     // Every rank asks before any allocates, so virtual ranks see the same free memory.
     sets[rank] = affordable_input_sets(set_bytes, ranks_on[ctx_.layout.devices[rank]]);
     if (!pool_->agree(rank, errors[rank].empty())) return;
     const int num_sets = *std::min_element(sets.begin(), sets.end());
-    errors[rank] = allocate_buffers(rank, capacity_elems, ctx_.args->hidden, ctx_.args->dtype,
-                                    num_sets, with_residual, ctx_.streams[rank],
-                                    &ctx_.buffers[rank]);
+    errors[rank] =
+        allocate_buffers(rank, capacity_elems, ctx_.args->hidden, ctx_.args->dtype, num_sets,
+                         with_residual, ctx_.streams[rank], &ctx_.buffers[rank]);
   });
   for (int r = 0; r < world; ++r) {
     if (!errors[r].empty()) return "rank " + std::to_string(r) + ": " + errors[r];

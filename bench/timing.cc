@@ -15,7 +15,8 @@ std::string cuda_error(cudaError_t err, const char* what) {
 }
 
 // Captures `iters` calls into a graph. Thread-local capture mode: the other rank threads keep
-// issuing CUDA calls (their own captures, syncs) while this one captures, which global mode forbids.
+// issuing CUDA calls (their own captures, syncs) while this one captures, which global mode
+// forbids.
 std::string capture(int rank, cudaStream_t stream, const EnqueueFn& enqueue, int iters,
                     cudaGraphExec_t* exec) {
   std::string why =
@@ -93,10 +94,11 @@ Timing time_collective(RankPool& pool, const std::vector<cudaStream_t>& streams,
     errors[rank] = why;
   });
   for (int r = 0; r < pool.world(); ++r) {
-    if (!errors[r].empty() && t.error.empty()) t.error = "rank " + std::to_string(r) + ": " + errors[r];
+    if (!errors[r].empty() && t.error.empty())
+      t.error = "rank " + std::to_string(r) + ": " + errors[r];
   }
-  if (t.error.empty() && std::any_of(t.rank_us.begin(), t.rank_us.end(),
-                                     [](double us) { return std::isnan(us); })) {
+  if (t.error.empty() &&
+      std::any_of(t.rank_us.begin(), t.rank_us.end(), [](double us) { return std::isnan(us); })) {
     t.error = "a rank skipped the timed region after a peer failed";
   }
   t.max_us = t.error.empty() ? *std::max_element(t.rank_us.begin(), t.rank_us.end()) : NAN;

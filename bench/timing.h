@@ -29,9 +29,9 @@ struct TimingConfig {
 };
 
 struct Timing {
-  double max_us = 0;             // max over ranks of elapsed / calls
-  std::vector<double> rank_us;   // per rank
-  std::string error;             // "" on success (first failing rank's message)
+  double max_us = 0;            // max over ranks of elapsed / calls
+  std::vector<double> rank_us;  // per rank
+  std::string error;            // "" on success (first failing rank's message)
 };
 
 Timing time_collective(RankPool& pool, const std::vector<cudaStream_t>& streams,
