@@ -200,7 +200,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   comm->group_ = group.take();
   const std::vector<local::RankInfo>& infos = comm->group_->infos();
   comm->facts_ = agree_facts(infos);
-  comm->error_host_ = infos[c.rank].workspace.error_host;
+  comm->error_records_.push_back(infos[c.rank].workspace.error_host);
+  for (int r = 0; r < comm->facts_.world; ++r) {
+    if (r != c.rank) comm->error_records_.push_back(infos[r].workspace.error_host);
+  }
   comm->base_params_ = make_base_params(c.rank, comm->facts_, infos, c.timeout_seconds);
   comm->pointer_check_ = cuda_pointer_check();
   return comm;
@@ -241,20 +244,23 @@ Result<Plan> Communicator::plan(const arfFusedArgs_t& args) const {
 
 Status Communicator::async_error() {
   if (failed_) return failure_;
-  volatile ErrorRecord* rec = error_host_;
-  const int32_t code = rec->code;
-  if (code == 0) return Status::ok();
-  // The kernel claims `code` first and fills the other fields right after; this path runs once
-  // per communicator, so a short pause buys a complete report.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const arfStatus_t status =
-      code > 0 && code <= arfCommFailed ? static_cast<arfStatus_t>(code) : arfInternal;
-  failed_ = true;
-  failure_ = Status(status, "timeout: rank " + std::to_string(rec->rank) + " waited for peer " +
-                                std::to_string(rec->peer) + " in phase " +
-                                phase_name(rec->phase) + " (cta " + std::to_string(rec->cta) +
-                                ", epoch " + std::to_string(rec->epoch) + ")");
-  return failure_;
+  for (const ErrorRecord* record : error_records_) {
+    const volatile ErrorRecord* rec = record;
+    const int32_t code = rec->code;
+    if (code == 0) continue;
+    // The kernel claims `code` first and fills the other fields right after; this path runs once
+    // per communicator, so a short pause buys a complete report.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const arfStatus_t status =
+        code > 0 && code <= arfCommFailed ? static_cast<arfStatus_t>(code) : arfInternal;
+    failed_ = true;
+    failure_ = Status(status, "timeout: rank " + std::to_string(rec->rank) + " waited for peer " +
+                                  std::to_string(rec->peer) + " in phase " +
+                                  phase_name(rec->phase) + " (cta " + std::to_string(rec->cta) +
+                                  ", epoch " + std::to_string(rec->epoch) + ")");
+    return failure_;
+  }
+  return Status::ok();
 }
 
 Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const KernelParams& params,

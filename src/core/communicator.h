@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "arfusion/arfusion.h"
 #include "core/status.h"
@@ -48,9 +49,9 @@ class Communicator {
   Status allreduce(const void* in, void* out, size_t count, arfDataType_t dtype,
                    cudaStream_t stream);
 
-  // Reads the host-mapped ErrorRecord without synchronizing. After a device timeout, marks the
-  // communicator failed and returns (now and forever) arfTimeout naming rank, peer, phase, CTA
-  // and epoch.
+  // Reads the host-mapped ErrorRecords of every rank of the group without synchronizing. After a
+  // device timeout on any rank, marks the communicator failed and returns (now and forever)
+  // arfTimeout naming the rank that waited, its peer, phase, CTA and epoch.
   Status async_error();
 
   int rank() const { return rank_; }
@@ -69,7 +70,10 @@ class Communicator {
   int device_ = 0;
   StaticFacts facts_;
   std::shared_ptr<local::LocalGroup> group_;  // null once destroyed
-  ErrorRecord* error_host_ = nullptr;         // this rank's record (owned by the group)
+  // Every rank's error record (owned by the group, alive until the last rank leaves), own first.
+  // A peer's expired wait matters to us too: once it gave up, our later barriers can be satisfied
+  // by its later flags and return wrong data without any wait of ours expiring.
+  std::vector<const ErrorRecord*> error_records_;
   KernelParams base_params_{};  // everything but the call's shape and tensors, built once
   PointerCheck pointer_check_;
   Plan last_plan_;
