@@ -205,6 +205,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
     if (r != c.rank) comm->error_records_.push_back(infos[r].workspace.error_host);
   }
   comm->base_params_ = make_base_params(c.rank, comm->facts_, infos, c.timeout_seconds);
+  comm->timeout_seconds_ = static_cast<double>(comm->base_params_.timeout_ns) * 1e-9;
   comm->pointer_check_ = cuda_pointer_check();
   return comm;
 }
@@ -265,9 +266,19 @@ Status Communicator::async_error() {
 
 Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const KernelParams& params,
                                     cudaStream_t stream) {
+  if (group_->shares_device(rank_)) {
+    const Status turn = group_->wait_enqueue_turn(rank_, calls_enqueued_, timeout_seconds_);
+    if (!turn.is_ok()) {
+      // The ranks no longer issue the same sequence of calls: the collective is broken.
+      failed_ = true;
+      failure_ = turn;
+      return turn;
+    }
+  }
   ScopedDevice scoped;
   ARF_RETURN_IF_ERROR(scoped.enter(device_));
   ARF_RETURN_IF_ERROR(launch(plan, pattern, facts_.dtype, params, stream));
+  group_->mark_enqueued(rank_, ++calls_enqueued_);
   last_plan_ = plan;
   return Status::ok();
 }

@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "core/cuda_check.h"
 
@@ -219,6 +220,42 @@ void abandon(const arfUniqueId& id, int rank, int world, const Status& why) {
   r->slots[rank] = Slot::kGone;
   r->cv.notify_all();
   account_and_maybe_erase(key, r);
+}
+
+LocalGroup::LocalGroup(std::vector<RankInfo> infos)
+    : infos_(std::move(infos)),
+      left_(infos_.size(), false),
+      live_ranks_(static_cast<int>(infos_.size())),
+      device_mates_(infos_.size()),
+      enqueued_(new std::atomic<uint64_t>[infos_.size()]) {
+  for (size_t r = 0; r < infos_.size(); ++r) {
+    enqueued_[r].store(0);
+    for (size_t m = 0; m < infos_.size(); ++m) {
+      if (m != r && infos_[m].device == infos_[r].device) device_mates_[r].push_back(static_cast<int>(m));
+    }
+  }
+}
+
+Status LocalGroup::wait_enqueue_turn(int rank, uint64_t call, double timeout_seconds) const {
+  const Clock::time_point deadline = deadline_after(timeout_seconds);
+  for (int mate : device_mates_[rank]) {
+    // Acquire: pairs with mark_enqueued's release, so the mate's launch is in the queues first.
+    while (enqueued_[mate].load(std::memory_order_acquire) < call) {
+      if (Clock::now() > deadline) {
+        return Status(arfTimeout,
+                      "rank " + std::to_string(rank) + " waited " + seconds(timeout_seconds) +
+                          " s for rank " + std::to_string(mate) + " (same device " +
+                          std::to_string(infos_[rank].device) + ") to enqueue call " +
+                          std::to_string(call - 1) + "; every rank must issue the same calls");
+      }
+      std::this_thread::yield();
+    }
+  }
+  return Status::ok();
+}
+
+void LocalGroup::mark_enqueued(int rank, uint64_t calls) {
+  enqueued_[rank].store(calls, std::memory_order_release);
 }
 
 Status LocalGroup::leave(int rank) {

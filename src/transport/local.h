@@ -8,6 +8,8 @@
 // waits for other ranks, so one thread may destroy all communicators in sequence.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -36,9 +38,7 @@ struct RankInfo {
 
 class LocalGroup {
  public:
-  explicit LocalGroup(std::vector<RankInfo> infos)
-      : infos_(std::move(infos)), left_(infos_.size(), false),
-        live_ranks_(static_cast<int>(infos_.size())) {}
+  explicit LocalGroup(std::vector<RankInfo> infos);
   int world() const { return static_cast<int>(infos_.size()); }
   // Every rank's info, indexed by rank; immutable once the group is formed.
   const std::vector<RankInfo>& infos() const { return infos_; }
@@ -48,11 +48,25 @@ class LocalGroup {
   // every rank's workspace and returns the first error of doing so. Thread-safe, never blocks.
   Status leave(int rank);
 
+  // Enqueue order of ranks that share a device (virtual ranks). A stream is bound to one of a
+  // few hardware queues, so two ranks' streams can share a FIFO; if rank A's call k+1 enters it
+  // before rank B's call k, A's k+1 waits (stream order) for A's k, which spins until B's k runs,
+  // which sits behind A's k+1: a deadlock broken only by the timeout (reproduced on H200 with 8
+  // virtual ranks issuing back-to-back calls). So before enqueuing its call `call` (0-based), a
+  // rank waits until every other rank on its device has enqueued calls 0..call-1. Ranks alone on
+  // their device never wait. Bounded by timeout_seconds (Timeout naming the late rank).
+  bool shares_device(int rank) const { return !device_mates_[rank].empty(); }
+  Status wait_enqueue_turn(int rank, uint64_t call, double timeout_seconds) const;
+  // Records that `rank` has enqueued `calls` calls. Thread-safe, never blocks.
+  void mark_enqueued(int rank, uint64_t calls);
+
  private:
   std::mutex mu_;
   std::vector<RankInfo> infos_;
   std::vector<bool> left_;
   int live_ranks_ = 0;
+  std::vector<std::vector<int>> device_mates_;        // per rank: the other ranks on its device
+  std::unique_ptr<std::atomic<uint64_t>[]> enqueued_;  // per rank: calls enqueued so far
 };
 
 // Collective over `world` ranks with the same id: blocks until all have joined, then enables peer

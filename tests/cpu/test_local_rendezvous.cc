@@ -8,6 +8,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "transport/local.h"
 
@@ -115,6 +116,26 @@ TEST(Rendezvous, BadRankRejected) {
   const Status s = join(id, 5, 4, info(), 1.0).status();
   EXPECT_EQ(s.code(), arfInvalidArgument);
   EXPECT_NE(s.message().find("rank 5 of world 4"), std::string::npos);
+}
+
+TEST(EnqueueOrder, VirtualRanksWaitForDeviceMatesOnly) {
+  std::vector<RankInfo> infos(3, info());
+  infos[2].device = 1;  // ranks 0 and 1 share device 0; rank 2 is alone on device 1
+  LocalGroup group(infos);
+  EXPECT_TRUE(group.shares_device(0));
+  EXPECT_FALSE(group.shares_device(2));
+  EXPECT_TRUE(group.wait_enqueue_turn(0, 0, 0.05).is_ok());  // call 0 never waits
+  const Status late = group.wait_enqueue_turn(0, 1, 0.05);   // rank 1 has not enqueued call 0
+  EXPECT_EQ(late.code(), arfTimeout);
+  EXPECT_NE(late.message().find("for rank 1 (same device 0) to enqueue call 0"), std::string::npos)
+      << late.message();
+  group.mark_enqueued(1, 1);
+  EXPECT_TRUE(group.wait_enqueue_turn(0, 1, 0.05).is_ok());
+  EXPECT_TRUE(group.wait_enqueue_turn(2, 7, 0.05).is_ok());  // no mates: never waits
+  // A waiter is released as soon as its mate catches up.
+  auto waiter = std::async(std::launch::async, [&] { return group.wait_enqueue_turn(1, 3, 30.0); });
+  group.mark_enqueued(0, 3);
+  EXPECT_TRUE(waiter.get().is_ok());
 }
 
 TEST(UniqueId, DistinctAcrossCalls) {
