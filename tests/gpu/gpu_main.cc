@@ -1,5 +1,10 @@
 // Entry point of the GPU suite. Without a visible CUDA device it prints why and exits 77, which
 // CMake maps to "skipped" (SKIP_RETURN_CODE), so a machine without a GPU never reports a pass.
+//
+// CUDA_MODULE_LOADING is deliberately left at its default (lazy since CUDA 12.2), as engines run:
+// loading a kernel on its first launch may wait for the context to go idle, which deadlocks while a
+// peer's kernel spins waiting for this rank. The library must load its kernels up front; running
+// the suite with CUDA_MODULE_LOADING=EAGER would hide that.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 

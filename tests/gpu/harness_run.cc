@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -49,13 +50,18 @@ std::vector<CallResult> run_calls(const World& world, const std::vector<CallSpec
   const uint64_t skew_seed = test_seed();
   HangGuard guard(options.hang_seconds, "a batch of " + std::to_string(num_calls) + " calls");
   std::vector<double> call_seconds(world_size, 0);
+  // Every rank allocates and uploads before any rank launches: with virtual ranks on one GPU, a
+  // cudaMalloc of one rank must not race a peer's kernel that spins waiting for it.
+  std::barrier ready(world_size);
   world.run_ranks([&](int r) {
     const cudaStream_t stream = world.stream(r);
     for (size_t c = 0; c < num_calls; ++c) {
       buffers[r].push_back(std::make_unique<CallBuffers>(world.device(r), specs[c], world.dtype()));
       buffers[r][c]->upload(data[c], r, stream);
     }
-    if (!cuda_ok(cudaStreamSynchronize(stream), "upload")) return;
+    const bool uploaded = cuda_ok(cudaStreamSynchronize(stream), "upload");
+    ready.arrive_and_wait();
+    if (!uploaded) return;
     std::mt19937_64 rng(mix_seed(skew_seed, r));
     const auto start = std::chrono::steady_clock::now();
     for (size_t c = 0; c < num_calls; ++c) {

@@ -5,6 +5,7 @@
 // on the same communicators between replays. Every replay is checked in full.
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <chrono>
 #include <random>
 #include <string>
@@ -79,10 +80,13 @@ TEST_P(GraphReplay, MutatedInputsEveryReplay) {
     std::vector<CallResult> results(num_calls, CallResult(world_size));
     {
       HangGuard guard(60, "graph replay " + std::to_string(replay));
+      // Uploads from pageable memory may synchronize the device: all finish before any launch.
+      std::barrier uploaded(world_size);
       world->run_ranks([&](int r) {
         const cudaStream_t stream = world->stream(r);
         for (size_t c = 0; c < num_calls; ++c) buffers[r][c]->upload(data[c], r, stream);
         cuda_ok(cudaStreamSynchronize(stream), "upload");
+        uploaded.arrive_and_wait();
         std::mt19937 rng(static_cast<uint32_t>(mix_seed(replay, r)));
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
         cuda_ok(cudaGraphLaunch(execs[r], stream), "graph launch");

@@ -83,9 +83,11 @@ TEST_P(AutoBoundaries, BothSidesOfEveryPlanChange) {
   ASSERT_NE(world, nullptr);
   std::vector<CallSpec> specs;
   for (int64_t hidden : {2880, 8192}) {
+    // Sized for the largest call: arfPlan checks the tensors of each shape for overlap.
     CallSpec probe;
     probe.hidden = hidden;
-    CallBuffers buffers(world->device(0), probe, dtype);  // one token is enough for arfPlan
+    probe.num_tokens = static_cast<int64_t>(world->options().max_tokens);
+    CallBuffers buffers(world->device(0), probe, dtype);
     arfFusedArgs_t args = buffers.args();
     arfPlan_t previous{};
     std::vector<int64_t> changes, algorithm_changes;

@@ -4,6 +4,7 @@
 // arfCommFailed (before launching, so nothing else waits on it). Each case uses a fresh world.
 #include <gtest/gtest.h>
 
+#include <barrier>
 #include <chrono>
 #include <string>
 #include <tuple>
@@ -41,11 +42,14 @@ TEST_P(Timeout, MissingRankFailsItsPeersWithinTheBound) {
   std::vector<cudaError_t> synced(world_size);
   std::vector<std::string> message(world_size);
   HangGuard guard(60, "timeout test");
+  // All allocations precede all launches (a cudaMalloc would wait for a spinning peer kernel).
+  std::barrier ready(world_size - 1);
   world->run_ranks([&](int r) {
     if (r == skipper) return;
     CallBuffers buffers(world->device(r), spec, world->dtype());
     buffers.upload(data, r, world->stream(r));
     cuda_ok(cudaStreamSynchronize(world->stream(r)), "upload");
+    ready.arrive_and_wait();
     const auto start = std::chrono::steady_clock::now();
     launched[r] = buffers.launch(world->comm(r), world->stream(r));
     synced[r] = cudaStreamSynchronize(world->stream(r));
@@ -66,12 +70,20 @@ TEST_P(Timeout, MissingRankFailsItsPeersWithinTheBound) {
     EXPECT_LT(elapsed[r], kTimeoutSeconds + 4.0) << "the bound was not honoured";
     EXPECT_EQ(async[r], arfTimeout) << message[r];
     EXPECT_EQ(async_again[r], arfTimeout) << "the failure must stick";
-    EXPECT_NE(message[r].find("rank " + std::to_string(r)), std::string::npos) << message[r];
+    // The report may be any waiting rank's (every rank reads the whole group's records), but the
+    // peer it waited for can only be the one that never came.
+    EXPECT_NE(message[r].find("rank "), std::string::npos) << message[r];
     EXPECT_NE(message[r].find("peer " + std::to_string(skipper)), std::string::npos)
         << message[r];
     EXPECT_NE(message[r].find("phase"), std::string::npos) << message[r];
     EXPECT_EQ(later[r], arfCommFailed);
   }
+  // The rank that skipped learns of the failure too, and refuses work instead of launching a
+  // kernel that would wait for peers that gave up.
+  EXPECT_EQ(arfCommGetAsyncError(world->comm(skipper)), arfTimeout) << arfGetLastErrorString();
+  CallBuffers buffers(world->device(skipper), spec, world->dtype());
+  EXPECT_EQ(buffers.launch(world->comm(skipper), world->stream(skipper)), arfCommFailed);
+  cuda_ok(cudaStreamSynchronize(world->stream(skipper)), "skipper");
 }
 
 INSTANTIATE_TEST_SUITE_P(Bounded, Timeout,
