@@ -53,6 +53,7 @@ std::vector<CallResult> run_calls(const World& world, const std::vector<CallSpec
   // Every rank allocates and uploads before any rank launches: with virtual ranks on one GPU, a
   // cudaMalloc of one rank must not race a peer's kernel that spins waiting for it.
   std::barrier ready(world_size);
+  std::barrier enqueued(world_size);
   world.run_ranks([&](int r) {
     const cudaStream_t stream = world.stream(r);
     for (size_t c = 0; c < num_calls; ++c) {
@@ -61,7 +62,10 @@ std::vector<CallResult> run_calls(const World& world, const std::vector<CallSpec
     }
     const bool uploaded = cuda_ok(cudaStreamSynchronize(stream), "upload");
     ready.arrive_and_wait();
-    if (!uploaded) return;
+    if (!uploaded) {
+      enqueued.arrive_and_drop();  // the others must not wait for this rank's launches
+      return;
+    }
     std::mt19937_64 rng(mix_seed(skew_seed, r));
     const auto start = std::chrono::steady_clock::now();
     for (size_t c = 0; c < num_calls; ++c) {
@@ -70,7 +74,12 @@ std::vector<CallResult> run_calls(const World& world, const std::vector<CallSpec
       }
       const arfStatus_t st = buffers[r][c]->launch(world.comm(r), stream);
       if (st != arfSuccess) ADD_FAILURE() << where(c, specs[c], r) << status_text(st);
-      if (options.clobber_inputs) buffers[r][c]->clobber_inputs(stream);
+      if (!options.clobber_inputs) continue;
+      // Still stream-ordered right behind this rank's call, but enqueued only once every rank has
+      // enqueued call c: ranks sharing a GPU can share a hardware queue, where this overwrite
+      // (waiting for our call, which waits for a peer's) would sit in front of the peer's call.
+      enqueued.arrive_and_wait();
+      buffers[r][c]->clobber_inputs(stream);
     }
     cuda_ok(cudaStreamSynchronize(stream), "stream after calls");
     call_seconds[r] =
