@@ -5,6 +5,8 @@
 # table with the targets' verdicts (>= 90% of copy bandwidth at >= 4096 tokens; at least as fast as
 # torch.compile at every token count). Usage: scripts/bench_world1.sh [OUT_DIR] (default
 # bench/results/tmp). Needs ./build/arfusion-bench (scripts/setup.sh) and PyTorch.
+# Knobs for quick runs: ARF_BENCH (binary), ARF_WORLD1_TMAX (largest token count, default 16384),
+# ARF_TORCH_MODE (torch.compile mode, default max-autotune-no-cudagraphs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-bench/results/tmp}
@@ -12,12 +14,15 @@ mkdir -p "$out"
 bench=${ARF_BENCH:-build/arfusion-bench}
 [[ -x $bench ]] || { echo "bench_world1: $bench is not built (run scripts/setup.sh)" >&2; exit 2; }
 export NCCL_NVLS_ENABLE=0
-export ARF_GIT_COMMIT=${ARF_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || true)}
+tmax=${ARF_WORLD1_TMAX:-16384}
+mode=${ARF_TORCH_MODE:-max-autotune-no-cudagraphs}
+# --verify: outside a git checkout plain rev-parse echoes "HEAD" before failing.
+export ARF_GIT_COMMIT=${ARF_GIT_COMMIT:-$(git rev-parse --verify --quiet HEAD 2>/dev/null || true)}
 
-"$bench" --op epilogue --devices 0 --tmin 1 --tmax 16384 --hidden 8192 -d bf16 \
+"$bench" --op epilogue --devices 0 --tmin 1 --tmax "$tmax" --hidden 8192 -d bf16 \
   -n 100 -w 10 -G 10 -c 1 -J "$out/arfusion_epilogue.json" | tee "$out/arfusion_epilogue.txt"
 bench_rc=${PIPESTATUS[0]}
-python3 bench/torch_baseline.py --tmin 1 --tmax 16384 --hidden 8192 -n 100 -G 10 \
+python3 bench/torch_baseline.py --tmin 1 --tmax "$tmax" --hidden 8192 -n 100 -G 10 --mode "$mode" \
   --json "$out/torch_baseline.json" | tee "$out/torch_baseline.txt"
 torch_rc=${PIPESTATUS[0]}
 if [[ -s $out/arfusion_epilogue.json && -s $out/torch_baseline.json ]]; then
