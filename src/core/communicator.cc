@@ -266,7 +266,13 @@ Status Communicator::async_error() {
 
 Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const KernelParams& params,
                                     cudaStream_t stream) {
-  if (group_->shares_device(rank_)) {
+  // A captured call enqueues nothing now (its graph launch does, in the caller's order), so it
+  // takes no turn; waiting here would also deadlock one thread capturing every rank in turn.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const bool ordered = group_->shares_device(rank_);
+  if (ordered) ARF_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+  const bool take_turn = ordered && capture == cudaStreamCaptureStatusNone;
+  if (take_turn) {
     const Status turn = group_->wait_enqueue_turn(rank_, calls_enqueued_, timeout_seconds_);
     if (!turn.is_ok()) {
       // The ranks no longer issue the same sequence of calls: the collective is broken.
@@ -278,7 +284,7 @@ Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const Ker
   ScopedDevice scoped;
   ARF_RETURN_IF_ERROR(scoped.enter(device_));
   ARF_RETURN_IF_ERROR(launch(plan, pattern, facts_.dtype, params, stream));
-  group_->mark_enqueued(rank_, ++calls_enqueued_);
+  if (take_turn) group_->mark_enqueued(rank_, ++calls_enqueued_);
   last_plan_ = plan;
   return Status::ok();
 }

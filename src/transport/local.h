@@ -54,7 +54,9 @@ class LocalGroup {
   // which sits behind A's k+1: a deadlock broken only by the timeout (reproduced on H200 with 8
   // virtual ranks issuing back-to-back calls). So before enqueuing its call `call` (0-based), a
   // rank waits until every other rank on its device has enqueued calls 0..call-1. Ranks alone on
-  // their device never wait. Bounded by timeout_seconds (Timeout naming the late rank).
+  // their device never wait. Bounded by timeout_seconds (Timeout naming the late rank). Calls
+  // captured into a graph are not counted: the caller must launch virtual ranks' graphs in the
+  // same discipline (every rank's launch i before any rank's launch i+1).
   bool shares_device(int rank) const { return !device_mates_[rank].empty(); }
   Status wait_enqueue_turn(int rank, uint64_t call, double timeout_seconds) const;
   // Records that `rank` has enqueued `calls` calls. Thread-safe, never blocks.
