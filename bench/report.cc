@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -78,7 +79,9 @@ void Report::print_header() const {
   } else {
     std::printf("eager launches");
   }
-  std::printf(", check %d, input sets %d\n", args_.check, header_.num_input_sets);
+  const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  std::printf(", check %d, input sets %d, CUDA_DEVICE_MAX_CONNECTIONS=%s\n", args_.check,
+              header_.num_input_sets, connections != nullptr ? connections : "(default)");
   for (size_t r = 0; r < header_.layout.info.size(); ++r) {
     const DeviceInfo& d = header_.layout.info[r];
     std::printf("#  Rank %2zu device %2d [%s] %d SMs\n", r, d.ordinal, d.name.c_str(), d.sm_count);

@@ -1,4 +1,5 @@
 // -J FILE: {"header": {...run facts...}, "rows": [{...every field of a row...}]}. NaN -> null.
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -45,6 +46,8 @@ json header_json(const BenchArgs& a, const RunHeader& h, const std::vector<std::
              {{"column", h.nccl_label.empty() ? json(nullptr) : json(h.nccl_label)},
               {"note", h.nccl_note}}}};
   if (!h.git_commit.empty()) j["git_commit"] = h.git_commit;
+  const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  j["cuda_device_max_connections"] = connections != nullptr ? json(connections) : json(nullptr);
   if (a.op == Op::kEpilogue) {
     j["copy_bandwidth_gbps"] = number(h.copy_gbps);
     j["copy_bytes"] = h.copy_bytes;

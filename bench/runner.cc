@@ -139,6 +139,12 @@ Row measure_row(BenchContext& ctx, const NcclBaseline* nccl, CallSpec spec, cons
 }  // namespace
 
 int run_bench(const BenchArgs& args) {
+  // Before any CUDA call, as the runtime reads it when it creates a context. Each stream is bound to
+  // one of this many hardware queues (default 8); virtual ranks whose streams share one can
+  // deadlock until the bounded wait expires: rank A's next kernel, queued behind A's spinning
+  // kernel, blocks the peer kernel that A waits for (src/transport/local.h). 32, the most the
+  // driver allows, gives every rank's stream its own queue. A value set by the user stays.
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
   RunHeader header;
   std::string why = resolve_layout(args, &header.layout);
   if (!why.empty()) {
