@@ -5,8 +5,9 @@
 // Coverage (kept so the whole GPU suite stays within ~5 minutes on one H200):
 //   world 2 and 8: hidden {2048, 2880, 4096, 5120, 7168, 8192}
 //   world 1 and 4: hidden {2880, 5120, 8192} (odd widths and the widest)
-//   tokens per hidden: 1, 9 and 96, plus 512 at hidden 4096 (past the oneshot limits of auto, so
-//   forced algorithms run shapes auto would not give them); tokens change on every call.
+//   tokens per hidden: 1, 9 and 96, plus 512 at hidden 4096 (4 MiB per rank: past auto's oneshot
+//   limit at world 4 and 8, so forced algorithms run shapes auto would not give them); tokens
+//   change on every call.
 // Algorithm auto, aliasing, gamma variants and longer sequences are in test_sequences.cc.
 #include <gtest/gtest.h>
 
