@@ -5,10 +5,16 @@
 // loading a kernel on its first launch may wait for the context to go idle, which deadlocks while a
 // peer's kernel spins waiting for this rank. The library must load its kernels up front; running
 // the suite with CUDA_MODULE_LOADING=EAGER would hide that.
+//
+// CUDA_DEVICE_MAX_CONNECTIONS is raised to 32 unless set (as arfusion-bench does): with the default
+// 8 hardware queues, virtual ranks' streams can share a FIFO, where work one rank enqueues behind
+// its own collective (a captured graph's next node) blocks a peer's collective: a deadlock no
+// multi-GPU deployment has. The library orders its own enqueues for that case anyway.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 int main(int argc, char** argv) {
@@ -19,6 +25,7 @@ int main(int argc, char** argv) {
       return RUN_ALL_TESTS();
     }
   }
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);  // before the first CUDA call
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
