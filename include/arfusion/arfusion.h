@@ -16,6 +16,12 @@
  *  - Collective: every rank of a communicator must issue the same sequence of operations with the
  *    same pattern, algorithm, dtype, num_tokens and hidden. A rank that does not join stalls its
  *    peers until the bounded wait expires (see arfCommGetAsyncError).
+ *  - Ranks sharing one GPU (virtual ranks, local transport): a rank's collective kernel spins until
+ *    its peers' kernels run. A device-synchronizing call on one rank's thread (cudaMalloc, cudaFree,
+ *    cudaDeviceSynchronize, synchronous cudaMemcpy, graph instantiation) while a peer's collective is
+ *    in flight waits for that kernel, which waits for this rank: a deadlock until the bounded wait
+ *    expires. Allocate before issuing collectives, and let every rank issue its calls before any
+ *    rank synchronizes the device. Ranks on distinct GPUs are not affected.
  *  - CUDA graphs: operations may be captured and replayed. Nothing is registered per tensor: the
  *    kernels copy inputs into the communicator's own workspace, and protocol state lives on device.
  */

@@ -3,3 +3,4 @@
 
 template arf::Status arf::launch_local_epilogue<__nv_bfloat16>(int, int, arf::Pattern, const arf::KernelParams&,
                                                      cudaStream_t);
+template arf::Status arf::preload_local_epilogue<__nv_bfloat16>();

@@ -3,3 +3,4 @@
 
 template arf::Status arf::launch_local_epilogue<__half>(int, int, arf::Pattern, const arf::KernelParams&,
                                                      cudaStream_t);
+template arf::Status arf::preload_local_epilogue<__half>();

@@ -15,6 +15,10 @@ Status launch_algorithm(int grid, int block, Pattern pattern, const KernelParams
 template <typename T>
 Status launch_local_epilogue(int grid, int block, Pattern pattern, const KernelParams& params,
                              cudaStream_t stream);
+template <typename T, Algorithm kAlgorithm>
+Status preload_algorithm(int world);
+template <typename T>
+Status preload_local_epilogue();
 
 namespace {
 
@@ -70,6 +74,24 @@ Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams
   switch (dtype) {
     case DType::kBf16: return launch_typed<__nv_bfloat16>(plan, pattern, params, stream);
     case DType::kFp16: return launch_typed<__half>(plan, pattern, params, stream);
+    default: return unsupported("activation dtype must be bf16 or fp16");
+  }
+}
+
+namespace {
+template <typename T>
+Status preload_typed(int world) {
+  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotLamport>(world)));
+  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotPull>(world)));
+  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kTwoshot>(world)));
+  return preload_local_epilogue<T>();
+}
+}  // namespace
+
+Status preload_kernels(int world, DType dtype) {
+  switch (dtype) {
+    case DType::kBf16: return preload_typed<__nv_bfloat16>(world);
+    case DType::kFp16: return preload_typed<__half>(world);
     default: return unsupported("activation dtype must be bf16 or fp16");
   }
 }

@@ -72,9 +72,37 @@ Status launch_local_epilogue(int grid, int block, Pattern pattern, const KernelP
   });
 }
 
+// Forces the module load of every kernel of algorithm kAlgorithm for `world` (see launch.h).
+template <typename T, Algorithm kAlgorithm>
+Status preload_algorithm(int world) {
+  return with_world_size(world, [&]<int kWorld>(std::integral_constant<int, kWorld>) {
+    for (Pattern pattern : {Pattern::kAllReduce, Pattern::kResidualRmsNorm}) {
+      ARF_RETURN_IF_ERROR(with_epilogue<T>(pattern, [&]<typename E>(std::type_identity<E>) {
+        cudaFuncAttributes attr;
+        ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, kernel_for<T, kWorld, E, kAlgorithm>()));
+        return Status::ok();
+      }));
+    }
+    return Status::ok();
+  });
+}
+
+template <typename T>
+Status preload_local_epilogue() {
+  for (Pattern pattern : {Pattern::kAllReduce, Pattern::kResidualRmsNorm}) {
+    ARF_RETURN_IF_ERROR(with_epilogue<T>(pattern, [&]<typename E>(std::type_identity<E>) {
+      cudaFuncAttributes attr;
+      ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, local_epilogue_kernel<T, E>));
+      return Status::ok();
+    }));
+  }
+  return Status::ok();
+}
+
 }  // namespace arf
 
 // Explicit instantiation of one (dtype, algorithm) pair; used once per instantiate_*.cu file.
 #define ARF_INSTANTIATE_ALGORITHM(T, ALGO)                                                     \
   template arf::Status arf::launch_algorithm<T, ALGO>(int, int, arf::Pattern,                  \
-                                                      const arf::KernelParams&, cudaStream_t);
+                                                      const arf::KernelParams&, cudaStream_t); \
+  template arf::Status arf::preload_algorithm<T, ALGO>(int);

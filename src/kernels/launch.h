@@ -21,6 +21,11 @@ int block_threads_for_row(int row_elems);
 Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams& params,
               cudaStream_t stream);
 
+// Loads every kernel a communicator of `world` ranks and `dtype` can launch (cudaFuncGetAttributes
+// forces the module load). Call once at init: with lazy module loading the first launch of a kernel
+// loads it, which on a GPU shared by several ranks waits behind peers' spinning kernels.
+Status preload_kernels(int world, DType dtype);
+
 // Fills `count` elements at `ptr` with -0.0 of dtype (Lamport sentinel) on the current device.
 Status fill_negative_zero(void* ptr, int64_t count, DType dtype, cudaStream_t stream);
 
