@@ -143,7 +143,8 @@ int run_bench(const BenchArgs& args) {
   // one of this many hardware queues (default 8); virtual ranks whose streams share one can
   // deadlock until the bounded wait expires: rank A's next kernel, queued behind A's spinning
   // kernel, blocks the peer kernel that A waits for (src/transport/local.h). 32, the most the
-  // driver allows, gives every rank's stream its own queue. A value set by the user stays.
+  // driver allows, makes a shared queue unlikely for up to 8 ranks (not guaranteed: the driver
+  // assigns queues). A value set by the user stays.
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
   RunHeader header;
   std::string why = resolve_layout(args, &header.layout);
