@@ -64,16 +64,20 @@ std::string stage(const BenchContext& ctx, const CallSpec& spec, int rank, const
   return why;
 }
 
-std::string run_and_download(const BenchContext& ctx, const CallSpec& spec, int rank,
-                             CheckData& d) {
+std::string run_one_call(const BenchContext& ctx, const CallSpec& spec, int rank) {
   cudaStream_t stream = ctx.streams[rank];
   std::string why = enqueue_call(ctx, spec, rank, /*call=*/0);  // call 0 reads input set 0
   if (why.empty()) why = cuda_error(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   if (why.empty()) why = comm_health(ctx, rank);
+  return why;
+}
+
+std::string download_outputs(const BenchContext& ctx, const CallSpec& spec, int rank,
+                             CheckData& d) {
   const RankBuffers& b = ctx.buffers[rank];
-  if (why.empty() && !is_fused(spec))
-    return download(b.allreduce_out, spec.elems(), stream, &d.got[rank]);
-  if (why.empty()) why = download(b.residual_out, spec.elems(), stream, &d.got[rank]);
+  cudaStream_t stream = ctx.streams[rank];
+  if (!is_fused(spec)) return download(b.allreduce_out, spec.elems(), stream, &d.got[rank]);
+  std::string why = download(b.residual_out, spec.elems(), stream, &d.got[rank]);
   if (why.empty()) why = download(b.norm_out, spec.elems(), stream, &d.got_norm[rank]);
   return why;
 }
@@ -169,7 +173,10 @@ CheckResult check_call(BenchContext& ctx, const CallSpec& spec, uint64_t call) {
     fill_host(ctx, spec, call, rank, d);
     std::string why;
     if (ctx.pool->agree(rank, true)) why = stage(ctx, spec, rank, d);  // residual slices complete
-    if (ctx.pool->agree(rank, why.empty())) why = run_and_download(ctx, spec, rank, d);
+    if (ctx.pool->agree(rank, why.empty())) why = run_one_call(ctx, spec, rank);
+    // Pageable downloads may synchronize the device; with virtual ranks that must wait until no
+    // peer's call is in flight (arfusion.h).
+    if (ctx.pool->agree(rank, why.empty())) why = download_outputs(ctx, spec, rank, d);
     errors[rank] = why;
   });
   CheckResult result;

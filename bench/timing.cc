@@ -1,4 +1,6 @@
-// Warm-up, optional graph capture, barrier, event-timed region, max over ranks.
+// Warm-up, optional graph capture, barrier, event-timed region, max over ranks. Ranks sharing a GPU
+// must not make a device-synchronizing call while a peer's collective is in flight (arfusion.h), so
+// every such step (graph instantiation and destruction) sits between barriers.
 #include "timing.h"
 
 #include <algorithm>
@@ -32,43 +34,56 @@ std::string capture(int rank, cudaStream_t stream, const EnqueueFn& enqueue, int
   return why;
 }
 
-// Eager warm-up calls, then in graph mode the capture and one untimed replay (the first launch of
-// an executable graph uploads it). Leaves the stream drained.
-std::string prepare(int rank, cudaStream_t stream, const EnqueueFn& enqueue,
-                    const TimingConfig& cfg, cudaGraphExec_t* exec) {
-  for (int i = 0; i < cfg.warmup_iters; ++i) {
-    std::string why = enqueue(rank, i, stream);
-    if (!why.empty()) return why;
+// One rank's timing resources. Released only once no rank has work in flight: with virtual ranks,
+// destroying a graph can synchronize the device, which would wait on a peer's spinning kernel.
+struct RankTiming {
+  cudaGraphExec_t exec = nullptr;
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+
+  void release() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
   }
-  if (cfg.graph_replays > 0) {
-    std::string why = capture(rank, stream, enqueue, cfg.iters, exec);
-    if (why.empty()) why = cuda_error(cudaGraphLaunch(*exec, stream), "cudaGraphLaunch");
-    if (!why.empty()) return why;
-  }
+};
+
+// Eager warm-up calls, drained. Creates the events here so that only launches happen between the
+// barrier and the timed region.
+std::string warm_up(int rank, cudaStream_t stream, const EnqueueFn& enqueue,
+                    const TimingConfig& cfg, RankTiming* rt) {
+  std::string why = cuda_error(cudaEventCreate(&rt->start), "cudaEventCreate");
+  if (why.empty()) why = cuda_error(cudaEventCreate(&rt->stop), "cudaEventCreate");
+  for (int i = 0; i < cfg.warmup_iters && why.empty(); ++i) why = enqueue(rank, i, stream);
+  if (!why.empty()) return why;
   return cuda_error(cudaStreamSynchronize(stream), "cudaStreamSynchronize (warm-up)");
 }
 
+// The first launch of an executable graph uploads it: keep it out of the timed region.
+std::string first_replay(cudaStream_t stream, cudaGraphExec_t exec) {
+  std::string why = cuda_error(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  if (why.empty()) why = cuda_error(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  return why;
+}
+
 std::string timed_region(int rank, cudaStream_t stream, const EnqueueFn& enqueue,
-                         const TimingConfig& cfg, cudaGraphExec_t exec, double* us) {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  std::string why = cuda_error(cudaEventCreate(&start), "cudaEventCreate");
-  if (why.empty()) why = cuda_error(cudaEventCreate(&stop), "cudaEventCreate");
-  if (why.empty()) why = cuda_error(cudaEventRecord(start, stream), "cudaEventRecord");
-  if (exec != nullptr) {
+                         const TimingConfig& cfg, const RankTiming& rt, double* us) {
+  std::string why = cuda_error(cudaEventRecord(rt.start, stream), "cudaEventRecord");
+  if (rt.exec != nullptr) {
     for (int g = 0; g < cfg.graph_replays && why.empty(); ++g) {
-      why = cuda_error(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+      why = cuda_error(cudaGraphLaunch(rt.exec, stream), "cudaGraphLaunch");
     }
   } else {
     for (int i = 0; i < cfg.iters && why.empty(); ++i) why = enqueue(rank, i, stream);
   }
-  if (why.empty()) why = cuda_error(cudaEventRecord(stop, stream), "cudaEventRecord");
-  if (why.empty()) why = cuda_error(cudaEventSynchronize(stop), "cudaEventSynchronize");
+  if (why.empty()) why = cuda_error(cudaEventRecord(rt.stop, stream), "cudaEventRecord");
+  if (why.empty()) why = cuda_error(cudaEventSynchronize(rt.stop), "cudaEventSynchronize");
   float ms = 0;
-  if (why.empty()) why = cuda_error(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  if (why.empty()) {
+    why = cuda_error(cudaEventElapsedTime(&ms, rt.start, rt.stop), "cudaEventElapsedTime");
+  }
   const int calls = cfg.iters * std::max(1, cfg.graph_replays);
   *us = 1e3 * ms / calls;
-  if (start != nullptr) cudaEventDestroy(start);
-  if (stop != nullptr) cudaEventDestroy(stop);
   return why;
 }
 
@@ -79,18 +94,26 @@ Timing time_collective(RankPool& pool, const std::vector<cudaStream_t>& streams,
   Timing t;
   t.rank_us.assign(pool.world(), NAN);
   std::vector<std::string> errors(pool.world());
+  const bool graphs = cfg.graph_replays > 0;
   pool.run([&](int rank) {
     cudaStream_t stream = streams[rank];
-    cudaGraphExec_t exec = nullptr;
-    std::string why = prepare(rank, stream, enqueue, cfg, &exec);
+    RankTiming rt;
+    std::string why = warm_up(rank, stream, enqueue, cfg, &rt);
+    // Graph instantiation synchronizes the device (arfusion.h, virtual ranks): every rank's
+    // warm-up has drained before any rank instantiates, and every rank has instantiated before
+    // any rank replays. Each agree() is reached by every rank, failed or not.
+    if (pool.agree(rank, why.empty()) && graphs)
+      why = capture(rank, stream, enqueue, cfg.iters, &rt.exec);
+    if (pool.agree(rank, why.empty()) && graphs) why = first_replay(stream, rt.exec);
     if (why.empty() && health) why = health(rank);
     // The host barrier before the timed region; if any rank failed, nobody starts it.
     if (pool.agree(rank, why.empty())) {
       pool.spin_sync();
-      why = timed_region(rank, stream, enqueue, cfg, exec, &t.rank_us[rank]);
+      why = timed_region(rank, stream, enqueue, cfg, rt, &t.rank_us[rank]);
       if (why.empty() && health) why = health(rank);
     }
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    pool.agree(rank, true);  // no rank has work in flight once all are here
+    rt.release();
     errors[rank] = why;
   });
   for (int r = 0; r < pool.world(); ++r) {
