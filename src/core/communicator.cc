@@ -181,6 +181,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   Result<WorkspaceLayout> layout = workspace_layout(c.world_size, proto.dtype, proto.max_tokens,
                                                     proto.max_hidden, proto.oneshot_max_tokens);
   if (!s.is_ok() || !layout.is_ok()) return fail(s.is_ok() ? layout.status() : s);
+  // Load every kernel now: a lazily loaded kernel's first launch would wait behind peers' spinning
+  // kernels when ranks share a GPU.
+  if (Status preload = preload_kernels(c.world_size, proto.dtype); !preload.is_ok()) return fail(preload);
   Result<Workspace> ws = allocate_workspace(layout.value(), c.device);
   if (!ws.is_ok()) return fail(ws.status());
 
@@ -249,9 +252,7 @@ Status Communicator::async_error() {
     const volatile ErrorRecord* rec = record;
     const int32_t code = rec->code;
     if (code == 0) continue;
-    // The kernel claims `code` first and fills the other fields right after; this path runs once
-    // per communicator, so a short pause buys a complete report.
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // The kernel publishes `code` last, after a system fence: the details are complete.
     const arfStatus_t status =
         code > 0 && code <= arfCommFailed ? static_cast<arfStatus_t>(code) : arfInternal;
     failed_ = true;

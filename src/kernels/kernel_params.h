@@ -55,9 +55,11 @@ struct ControlBlock {
 };
 
 // Host-mapped (pinned) so the host can read it while a kernel is still spinning. The first error wins
-// (code is claimed with a compare-and-swap); the other fields are written after the claim.
+// (`claim` is taken with a compare-and-swap); the detail fields are written next and `code` last,
+// after a system fence, so a host that sees a non-zero code sees the complete record.
 struct ErrorRecord {
-  int32_t code;   // 0 = none, else an arfStatus_t (arfTimeout)
+  int32_t code;   // 0 = none, else an arfStatus_t (arfTimeout); published last
+  int32_t claim;  // 0 until the first failing wait claims the record
   int32_t rank;
   int32_t peer;
   int32_t phase;  // Phase

@@ -79,6 +79,7 @@ template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lamport_kernel(const KernelParams p) {
   protocol::LamportState s{};
   if constexpr (kWorld > 1) {
+    if (protocol::aborted(p)) return;
     s = protocol::load_lamport_state(p);
     lamport_push_rows<T, kWorld>(p, s);  // first, so peers can start reducing
     lamport_clear_previous<kWorld>(p, s);

@@ -47,6 +47,7 @@ __device__ __forceinline__ void pull_reduce_rows(const KernelParams& p) {
 // in the copy-in phase and in the read phase alike.
 template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_pull_kernel(const KernelParams p) {
+  if (protocol::aborted(p)) return;
   const uint32_t epoch = protocol::load_cta_epoch(p);
   pull_copy_in_rows<T>(p);
   // Release/acquire: the copy-in was written in this kernel (design rule 3).

@@ -51,14 +51,22 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
 __device__ __forceinline__ void record_timeout(const KernelParams& p, int peer, Phase phase,
                                                uint32_t epoch) {
   atomicExch(&p.ctrl->abort, 1u);
-  if (atomicCAS(&p.error->code, 0, static_cast<int32_t>(arfTimeout)) == 0) {
+  if (atomicCAS(&p.error->claim, 0, 1) == 0) {
     p.error->rank = p.rank;
     p.error->peer = peer;
     p.error->phase = static_cast<int32_t>(phase);
     p.error->cta = static_cast<int32_t>(blockIdx.x);
     p.error->epoch = epoch;
-    __threadfence_system();
+    __threadfence_system();  // the details are visible before the code that announces them
+    *reinterpret_cast<volatile int32_t*>(&p.error->code) = static_cast<int32_t>(arfTimeout);
   }
+}
+
+// True once any wait of this rank expired. Kernels then do nothing at all — in particular they stop
+// pushing data and signalling barriers, which could otherwise satisfy a healthy peer's wait with
+// another call's data. The peers then time out too, and every rank reports the failure.
+__device__ __forceinline__ bool aborted(const KernelParams& p) {
+  return *reinterpret_cast<volatile uint32_t*>(&p.ctrl->abort) != 0u;
 }
 
 // Every spin-wait in arfusion goes through here. Returns true once ready() holds; false if the

@@ -1,8 +1,10 @@
 // twoshot: reduce-scatter then all-gather, both by push, each closed by a release/acquire barrier.
 // Each row is split into `world` parts; rank p reduces part p of every row it is sent and pushes the
 // rounded sum to every rank's gather inbox; then every rank runs the epilogue from local memory.
-// No end barrier is needed: peers never read our memory, and a peer's next push into our inboxes
+// No end barrier is needed: peers never read our memory. A peer's next push into our GATHER inbox
 // happens only after the next call's first barrier, which we reach only after finishing this call.
+// Its next push into our SCATTER inbox can come right after it passes this call's second barrier,
+// but we have read our scatter inbox before arriving at that barrier.
 #pragma once
 
 #include "kernels/protocol.cuh"
@@ -71,6 +73,7 @@ __device__ __forceinline__ void twoshot_epilogue_rows(const KernelParams& p) {
 // t, t + B, ... (phase 2).
 template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) twoshot_kernel(const KernelParams p) {
+  if (protocol::aborted(p)) return;
   const uint32_t epoch = protocol::load_cta_epoch(p);
   twoshot_scatter_rows<T, kWorld>(p);
   if (protocol::peer_barrier<kWorld>(p, epoch + 1, Phase::kTwoshotScatterBarrier)) {
