@@ -273,19 +273,30 @@ Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const Ker
   const bool ordered = group_->shares_device(rank_);
   if (ordered) ARF_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
   const bool take_turn = ordered && capture == cudaStreamCaptureStatusNone;
-  if (take_turn) {
-    const Status turn = group_->wait_enqueue_turn(rank_, calls_enqueued_, timeout_seconds_);
+  // Ranks sharing a GPU may share hardware queues: kernel i of every rank must be enqueued before
+  // kernel i+1 of any rank, or a spinning kernel can sit in the queue ahead of the peer kernel it
+  // waits for. Counted per kernel, so the two kernels of an unfused call are ordered too.
+  auto wait_turn = [&]() -> Status {
+    if (!take_turn) return Status::ok();
+    Status turn = group_->wait_enqueue_turn(rank_, kernels_enqueued_, timeout_seconds_);
     if (!turn.is_ok()) {
       // The ranks no longer issue the same sequence of calls: the collective is broken.
       failed_ = true;
       failure_ = turn;
-      return turn;
     }
-  }
+    return turn;
+  };
+  auto mark_enqueued = [&] {
+    if (take_turn) group_->mark_enqueued(rank_, ++kernels_enqueued_);
+  };
+  ARF_RETURN_IF_ERROR(wait_turn());
   ScopedDevice scoped;
   ARF_RETURN_IF_ERROR(scoped.enter(device_));
-  ARF_RETURN_IF_ERROR(launch(plan, pattern, facts_.dtype, params, stream));
-  if (take_turn) group_->mark_enqueued(rank_, ++calls_enqueued_);
+  ARF_RETURN_IF_ERROR(launch(plan, pattern, facts_.dtype, params, stream, [&] {
+    mark_enqueued();
+    return wait_turn();
+  }));
+  mark_enqueued();
   last_plan_ = plan;
   return Status::ok();
 }

@@ -77,7 +77,7 @@ class Communicator {
   KernelParams base_params_{};  // everything but the call's shape and tensors, built once
   PointerCheck pointer_check_;
   Plan last_plan_;
-  uint64_t calls_enqueued_ = 0;  // launched calls, for the virtual-rank enqueue order (local.h)
+  uint64_t kernels_enqueued_ = 0;  // launched kernels, for the virtual-rank enqueue order (local.h)
   double timeout_seconds_ = 0;   // bound of device waits and of the enqueue-order wait
   bool failed_ = false;
   Status failure_;  // why, once failed_

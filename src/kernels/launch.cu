@@ -40,23 +40,28 @@ Status launch_allreduce_kernel(Algorithm algorithm, int grid, int block, Pattern
 // Unfused: the all-reduce kernel writes the rounded sum (into norm_out for residual_rmsnorm, which the
 // epilogue then overwrites in place row by row), then the standalone epilogue kernel runs.
 template <typename T>
-Status launch_unfused(const Plan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream) {
+Status launch_unfused(const Plan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream,
+                      const BetweenKernels& between_kernels) {
   KernelParams ar = params;
   if (pattern == Pattern::kResidualRmsNorm) ar.allreduce_out = params.norm_out;
   ARF_RETURN_IF_ERROR(launch_allreduce_kernel<T>(plan.inner_allreduce, plan.grid, plan.block,
                                                  Pattern::kAllReduce, ar, stream));
   if (pattern == Pattern::kAllReduce) return Status::ok();
+  if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
   KernelParams epilogue = params;
   epilogue.input = params.norm_out;
   return launch_local_epilogue<T>(plan.grid, plan.block, pattern, epilogue, stream);
 }
 
 template <typename T>
-Status launch_typed(const Plan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream) {
+Status launch_typed(const Plan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream,
+                    const BetweenKernels& between_kernels) {
   if (plan.block <= 0 || plan.block > kMaxBlockThreads || plan.block % 32 != 0 || plan.grid <= 0) {
     return internal_error("plan has an invalid launch shape");
   }
-  if (plan.algorithm == Algorithm::kUnfused) return launch_unfused<T>(plan, pattern, params, stream);
+  if (plan.algorithm == Algorithm::kUnfused) {
+    return launch_unfused<T>(plan, pattern, params, stream, between_kernels);
+  }
   return launch_allreduce_kernel<T>(plan.algorithm, plan.grid, plan.block, pattern, params, stream);
 }
 
@@ -70,10 +75,10 @@ __global__ void fill_u16_kernel(uint16_t* ptr, int64_t count, uint16_t value) {
 }  // namespace
 
 Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams& params,
-              cudaStream_t stream) {
+              cudaStream_t stream, const BetweenKernels& between_kernels) {
   switch (dtype) {
-    case DType::kBf16: return launch_typed<__nv_bfloat16>(plan, pattern, params, stream);
-    case DType::kFp16: return launch_typed<__half>(plan, pattern, params, stream);
+    case DType::kBf16: return launch_typed<__nv_bfloat16>(plan, pattern, params, stream, between_kernels);
+    case DType::kFp16: return launch_typed<__half>(plan, pattern, params, stream, between_kernels);
     default: return unsupported("activation dtype must be bf16 or fp16");
   }
 }

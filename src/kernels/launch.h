@@ -4,6 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
+
 #include "core/status.h"
 #include "kernels/kernel_params.h"
 #include "policy/plan.h"
@@ -15,11 +17,15 @@ namespace arf {
 // by the planner and the launcher so that fused and unfused kernels reduce a row identically.
 int block_threads_for_row(int row_elems);
 
+// Called after each kernel of a multi-kernel plan except the last, before the next is enqueued
+// (the local transport uses it to keep ranks sharing a GPU in step, kernel by kernel).
+using BetweenKernels = std::function<Status()>;
+
 // Enqueues the plan on `stream`. Preconditions: params validated by the host (validate.h), plan from
 // the policy for the same shape. Unfused: the all-reduce kernel writes the sum into norm_out (pattern
 // residual_rmsnorm) and the epilogue kernel then reads it back. Graph-capture safe.
 Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams& params,
-              cudaStream_t stream);
+              cudaStream_t stream, const BetweenKernels& between_kernels = {});
 
 // Loads every kernel a communicator of `world` ranks and `dtype` can launch (cudaFuncGetAttributes
 // forces the module load). Call once at init: with lazy module loading the first launch of a kernel

@@ -52,14 +52,15 @@ class LocalGroup {
   // few hardware queues, so two ranks' streams can share a FIFO; if rank A's call k+1 enters it
   // before rank B's call k, A's k+1 waits (stream order) for A's k, which spins until B's k runs,
   // which sits behind A's k+1: a deadlock broken only by the timeout (reproduced on H200 with 8
-  // virtual ranks issuing back-to-back calls). So before enqueuing its call `call` (0-based), a
-  // rank waits until every other rank on its device has enqueued calls 0..call-1. Ranks alone on
+  // virtual ranks issuing back-to-back calls). So before enqueuing its kernel `call` (0-based,
+  // counted per kernel: an unfused call has two), a rank waits until every other rank on its device
+  // has enqueued kernels 0..call-1. Ranks alone on
   // their device never wait. Bounded by timeout_seconds (Timeout naming the late rank). Calls
   // captured into a graph are not counted: the caller must launch virtual ranks' graphs in the
   // same discipline (every rank's launch i before any rank's launch i+1).
   bool shares_device(int rank) const { return !device_mates_[rank].empty(); }
   Status wait_enqueue_turn(int rank, uint64_t call, double timeout_seconds) const;
-  // Records that `rank` has enqueued `calls` calls. Thread-safe, never blocks.
+  // Records that `rank` has enqueued `calls` kernels. Thread-safe, never blocks.
   void mark_enqueued(int rank, uint64_t calls);
 
  private:
