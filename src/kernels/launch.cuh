@@ -27,13 +27,32 @@ Status with_world_size(int world, F&& f) {
   }
 }
 
-template <typename T, typename F>
-Status with_epilogue(Pattern pattern, F&& f) {
+template <typename T, int kVecs, typename F>
+Status with_pattern(Pattern pattern, F&& f) {
   switch (pattern) {
-    case Pattern::kAllReduce: return f(std::type_identity<AllReduceEpilogue<T>>{});
-    case Pattern::kResidualRmsNorm: return f(std::type_identity<ResidualRmsNormEpilogue<T>>{});
+    case Pattern::kAllReduce: return f(std::type_identity<AllReduceEpilogue<T, kVecs>>{});
+    case Pattern::kResidualRmsNorm: return f(std::type_identity<ResidualRmsNormEpilogue<T, kVecs>>{});
   }
   return internal_error("unknown pattern");
+}
+
+// Vectors per thread: 1, 2 or 4 (a row needs ceil(row_vecs / block) <= kMaxVecsPerThread). Sizing the
+// register arrays to the row keeps small rows' kernels free of unused registers (and spills).
+inline int vecs_per_thread(int row_elems, int block) {
+  const int row_vecs = (row_elems + kElemsPerVec - 1) / kElemsPerVec;
+  const int per_thread = (row_vecs + block - 1) / block;
+  return per_thread <= 1 ? 1 : per_thread <= 2 ? 2 : 4;
+}
+
+// The epilogue type for (pattern, vectors per thread).
+template <typename T, typename F>
+Status with_epilogue(Pattern pattern, int vecs, F&& f) {
+  static_assert(kMaxVecsPerThread == 4);
+  switch (vecs) {
+    case 1: return with_pattern<T, 1>(pattern, f);
+    case 2: return with_pattern<T, 2>(pattern, f);
+    default: return with_pattern<T, 4>(pattern, f);
+  }
 }
 
 template <typename T, int kWorld, typename Epilogue, Algorithm kAlgorithm>
@@ -54,8 +73,9 @@ inline Status check_launch(const char* what) {
 template <typename T, Algorithm kAlgorithm>
 Status launch_algorithm(int grid, int block, Pattern pattern, const KernelParams& params,
                         cudaStream_t stream) {
+  const int vecs = vecs_per_thread(params.row_elems, block);
   return with_world_size(params.world, [&]<int kWorld>(std::integral_constant<int, kWorld>) {
-    return with_epilogue<T>(pattern, [&]<typename E>(std::type_identity<E>) {
+    return with_epilogue<T>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
       kernel_for<T, kWorld, E, kAlgorithm>()<<<grid, block, 0, stream>>>(params);
       return check_launch("all-reduce kernel");
     });
@@ -66,7 +86,8 @@ Status launch_algorithm(int grid, int block, Pattern pattern, const KernelParams
 template <typename T>
 Status launch_local_epilogue(int grid, int block, Pattern pattern, const KernelParams& params,
                              cudaStream_t stream) {
-  return with_epilogue<T>(pattern, [&]<typename E>(std::type_identity<E>) {
+  return with_epilogue<T>(pattern, vecs_per_thread(params.row_elems, block),
+                         [&]<typename E>(std::type_identity<E>) {
     local_epilogue_kernel<T, E><<<grid, block, 0, stream>>>(params);
     return check_launch("epilogue kernel");
   });
@@ -77,11 +98,13 @@ template <typename T, Algorithm kAlgorithm>
 Status preload_algorithm(int world) {
   return with_world_size(world, [&]<int kWorld>(std::integral_constant<int, kWorld>) {
     for (Pattern pattern : {Pattern::kAllReduce, Pattern::kResidualRmsNorm}) {
-      ARF_RETURN_IF_ERROR(with_epilogue<T>(pattern, [&]<typename E>(std::type_identity<E>) {
-        cudaFuncAttributes attr;
-        ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, kernel_for<T, kWorld, E, kAlgorithm>()));
-        return Status::ok();
-      }));
+      for (int vecs : {1, 2, 4}) {
+        ARF_RETURN_IF_ERROR(with_epilogue<T>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
+          cudaFuncAttributes attr;
+          ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, kernel_for<T, kWorld, E, kAlgorithm>()));
+          return Status::ok();
+        }));
+      }
     }
     return Status::ok();
   });
@@ -90,11 +113,13 @@ Status preload_algorithm(int world) {
 template <typename T>
 Status preload_local_epilogue() {
   for (Pattern pattern : {Pattern::kAllReduce, Pattern::kResidualRmsNorm}) {
-    ARF_RETURN_IF_ERROR(with_epilogue<T>(pattern, [&]<typename E>(std::type_identity<E>) {
-      cudaFuncAttributes attr;
-      ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, local_epilogue_kernel<T, E>));
-      return Status::ok();
-    }));
+    for (int vecs : {1, 2, 4}) {
+      ARF_RETURN_IF_ERROR(with_epilogue<T>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
+        cudaFuncAttributes attr;
+        ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, local_epilogue_kernel<T, E>));
+        return Status::ok();
+      }));
+    }
   }
   return Status::ok();
 }

@@ -27,13 +27,13 @@ __device__ __forceinline__ void lamport_clear_previous(const KernelParams& p,
   }
 }
 
-template <typename T, int kWorld>
+template <typename T, int kWorld, int kVecs>
 __device__ __forceinline__ void lamport_push_rows(const KernelParams& p, const protocol::LamportState& s) {
   const int64_t slot_offset = protocol::lamport_slot_offset(s.buffer, p.rank, kWorld, p.lamport_slot_elems);
   for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
     const RowSlice rs = row_slice(p, row);
 #pragma unroll
-    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+    for (int k = 0; k < kVecs; ++k) {
       if (!rs.owns(k)) continue;
       const uint4 x = canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
 #pragma unroll
@@ -74,21 +74,23 @@ __device__ __forceinline__ uint4 lamport_reduce_vec(const KernelParams& p, const
   return round_sum<T>(acc);
 }
 
-// Thread map: CTA b owns rows b, b + G, ...; thread t owns vectors t + k*B of each row (RowSlice).
+// Thread map: CTA b owns rows b, b + G, ...; thread t owns vectors t + k*B, k < Epilogue::kVecs, of
+// each row (RowSlice).
 template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lamport_kernel(const KernelParams p) {
   protocol::LamportState s{};
   if constexpr (kWorld > 1) {
     if (protocol::aborted(p)) return;
     s = protocol::load_lamport_state(p);
-    lamport_push_rows<T, kWorld>(p, s);  // first, so peers can start reducing
+    lamport_push_rows<T, kWorld, Epilogue::kVecs>(p, s);  // first, so peers can start reducing
     lamport_clear_previous<kWorld>(p, s);
   }
   for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
     const RowSlice rs = row_slice(p, row);
-    uint4 ar[kMaxVecsPerThread];
+    const typename Epilogue::Prefetch pre = Epilogue::prefetch(p, rs);
+    uint4 ar[Epilogue::kVecs];
 #pragma unroll
-    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+    for (int k = 0; k < Epilogue::kVecs; ++k) {
       if (!rs.owns(k)) continue;
       if constexpr (kWorld > 1) {
         ar[k] = lamport_reduce_vec<T, kWorld>(p, s, rs.elem(k));
@@ -96,7 +98,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lampo
         ar[k] = canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
       }
     }
-    Epilogue::apply(p, rs, ar);
+    Epilogue::apply(p, rs, ar, pre);
   }
   if constexpr (kWorld > 1) protocol::lamport_arrive(p, s);
 }
@@ -107,12 +109,13 @@ template <typename T, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) local_epilogue_kernel(const KernelParams p) {
   for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
     const RowSlice rs = row_slice(p, row);
-    uint4 ar[kMaxVecsPerThread];
+    const typename Epilogue::Prefetch pre = Epilogue::prefetch(p, rs);
+    uint4 ar[Epilogue::kVecs];
 #pragma unroll
-    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+    for (int k = 0; k < Epilogue::kVecs; ++k) {
       if (rs.owns(k)) ar[k] = canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
     }
-    Epilogue::apply(p, rs, ar);
+    Epilogue::apply(p, rs, ar, pre);
   }
 }
 

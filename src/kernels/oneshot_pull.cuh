@@ -8,12 +8,12 @@
 
 namespace arf {
 
-template <typename T>
+template <typename T, int kVecs>
 __device__ __forceinline__ void pull_copy_in_rows(const KernelParams& p) {
   for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
     const RowSlice rs = row_slice(p, row);
 #pragma unroll
-    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+    for (int k = 0; k < kVecs; ++k) {
       if (rs.owns(k)) {
         st_v4(elem_ptr(p.peers.pull[p.rank], rs.elem(k)), ld_v4(elem_ptr(p.input, rs.elem(k))));
       }
@@ -25,9 +25,10 @@ template <typename T, int kWorld, typename Epilogue>
 __device__ __forceinline__ void pull_reduce_rows(const KernelParams& p) {
   for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
     const RowSlice rs = row_slice(p, row);
-    uint4 ar[kMaxVecsPerThread];
+    const typename Epilogue::Prefetch pre = Epilogue::prefetch(p, rs);
+    uint4 ar[Epilogue::kVecs];
 #pragma unroll
-    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+    for (int k = 0; k < Epilogue::kVecs; ++k) {
       if (!rs.owns(k)) continue;
       uint4 vals[kWorld];  // all loads in flight before the first add
 #pragma unroll
@@ -39,7 +40,7 @@ __device__ __forceinline__ void pull_reduce_rows(const KernelParams& p) {
       for (int src = 0; src < kWorld; ++src) add_to<T>(acc, canonicalize(vals[src]));
       ar[k] = round_sum<T>(acc);
     }
-    Epilogue::apply(p, rs, ar);
+    Epilogue::apply(p, rs, ar, pre);
   }
 }
 
@@ -49,7 +50,7 @@ template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_pull_kernel(const KernelParams p) {
   if (protocol::aborted(p)) return;
   const uint32_t epoch = protocol::load_cta_epoch(p);
-  pull_copy_in_rows<T>(p);
+  pull_copy_in_rows<T, Epilogue::kVecs>(p);
   // Release/acquire: the copy-in was written in this kernel (design rule 3).
   if (protocol::peer_barrier<kWorld>(p, epoch + 1, Phase::kPullStartBarrier)) {
     pull_reduce_rows<T, kWorld, Epilogue>(p);

@@ -12,8 +12,8 @@
 
 namespace arf {
 
-// Thread t of a CTA of B threads owns vectors t, t + B, t + 2B, ... (< kMaxVecsPerThread of them) of
-// the row: coalesced 16-byte accesses, and the same element->thread map in every phase of a kernel,
+// Thread t of a CTA of B threads owns vectors t, t + B, t + 2B, ... (kVecs of them at most, a
+// compile-time property of the epilogue type so register arrays are sized to the row) of the row: coalesced 16-byte accesses, and the same element->thread map in every phase of a kernel,
 // so data a thread writes in one phase is read back by the same thread in the next.
 struct RowSlice {
   int64_t first_elem;  // row * row_elems
@@ -58,17 +58,22 @@ __device__ __forceinline__ uint4 round_sum(const float (&acc)[8]) {
 
 template <typename E>
 concept RowEpilogue = requires(const KernelParams& p, const RowSlice& s,
-                               const uint4 (&ar)[kMaxVecsPerThread]) {
-  { E::apply(p, s, ar) } -> std::same_as<void>;
+                               const uint4 (&ar)[E::kVecs], const typename E::Prefetch& pre) {
+  { E::kVecs } -> std::convertible_to<int>;
+  { E::prefetch(p, s) } -> std::same_as<typename E::Prefetch>;
+  { E::apply(p, s, ar, pre) } -> std::same_as<void>;
 };
 
 // out = ar.
-template <typename T>
+template <typename T, int kVecsPerThread>
 struct AllReduceEpilogue {
-  __device__ static void apply(const KernelParams& p, const RowSlice& s,
-                               const uint4 (&ar)[kMaxVecsPerThread]) {
+  static constexpr int kVecs = kVecsPerThread;
+  struct Prefetch {};
+  __device__ static Prefetch prefetch(const KernelParams&, const RowSlice&) { return {}; }
+  __device__ static void apply(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
+                               const Prefetch&) {
 #pragma unroll
-    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+    for (int k = 0; k < kVecs; ++k) {
       if (s.owns(k)) st_v4(elem_ptr(p.allreduce_out, s.elem(k)), ar[k]);
     }
   }
@@ -87,19 +92,49 @@ __device__ __forceinline__ void load_gamma(const KernelParams& p, int vec, float
   for (int i = 0; i < 8; ++i) g[i] += p.gamma_offset;
 }
 
+// Starts pulling a 16-byte gamma vector into L2 without holding registers for it.
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+}
+
 // residual_out = round(ar + residual_in); norm_out = round(residual_out * rsqrt(mean_sq + eps) * g).
-template <typename T>
+// prefetch() runs before the all-reduced value is waited for: residual_in is loaded into registers
+// and gamma is pulled into L2, so their memory latency overlaps the reduction instead of following
+// it. gamma is read into registers while the row's sum of squares is being reduced.
+template <typename T, int kVecsPerThread>
 struct ResidualRmsNormEpilogue {
-  __device__ static void apply(const KernelParams& p, const RowSlice& s,
-                               const uint4 (&ar)[kMaxVecsPerThread]) {
-    uint4 res[kMaxVecsPerThread];
+  static constexpr int kVecs = kVecsPerThread;
+  struct Prefetch {
+    uint4 residual[kVecs];
+  };
+
+  __device__ static Prefetch prefetch(const KernelParams& p, const RowSlice& s) {
+    Prefetch pre;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (!s.owns(k)) continue;
+      pre.residual[k] = ld_v4(elem_ptr(p.residual_in, s.elem(k)));
+      const int64_t g = static_cast<int64_t>(s.vec(k)) * kElemsPerVec;
+      if (p.gamma_fp32) {
+        prefetch_l2(static_cast<const float*>(p.gamma) + g);
+        prefetch_l2(static_cast<const float*>(p.gamma) + g + 4);
+      } else {
+        prefetch_l2(elem_ptr(p.gamma, g));
+      }
+    }
+    return pre;
+  }
+
+  __device__ static void apply(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
+                               const Prefetch& pre) {
+    uint4 res[kVecs];
     float sum_sq = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+    for (int k = 0; k < kVecs; ++k) {
       if (!s.owns(k)) continue;
       float a[8], r[8];
       unpack<T>(ar[k], a);
-      unpack<T>(ld_v4(elem_ptr(p.residual_in, s.elem(k))), r);
+      unpack<T>(pre.residual[k], r);
 #pragma unroll
       for (int i = 0; i < 8; ++i) a[i] = __fadd_rn(a[i], r[i]);
       res[k] = pack<T>(a);
@@ -109,16 +144,20 @@ struct ResidualRmsNormEpilogue {
 #pragma unroll
       for (int i = 0; i < 8; ++i) sum_sq = __fmaf_rn(y[i], y[i], sum_sq);
     }
+    float g[kVecs][8];
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (s.owns(k)) load_gamma<T>(p, s.vec(k), g[k]);
+    }
     const float total = block_sum(sum_sq);
     const float scale = rsqrtf(__fdiv_rn(total, static_cast<float>(s.row_len)) + p.eps);
 #pragma unroll
-    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+    for (int k = 0; k < kVecs; ++k) {
       if (!s.owns(k)) continue;
-      float y[8], g[8];
+      float y[8];
       unpack<T>(res[k], y);
-      load_gamma<T>(p, s.vec(k), g);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], scale), g[i]);
+      for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], scale), g[k][i]);
       st_v4(elem_ptr(p.norm_out, s.elem(k)), pack<T>(y));
     }
   }

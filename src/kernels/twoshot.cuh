@@ -13,13 +13,13 @@
 namespace arf {
 
 // Phase 1: push vector v of each owned row to the scatter inbox of its owner, slot [our rank].
-template <typename T, int kWorld>
+template <typename T, int kWorld, int kVecs>
 __device__ __forceinline__ void twoshot_scatter_rows(const KernelParams& p) {
   for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
     const RowSlice rs = row_slice(p, row);
     const int part = protocol::twoshot_part_vecs(p.row_elems / kElemsPerVec, kWorld);
 #pragma unroll
-    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+    for (int k = 0; k < kVecs; ++k) {
       if (!rs.owns(k)) continue;
       const int owner = protocol::twoshot_owner(rs.vec(k), part);
       const int64_t dst = p.rank * p.scatter_slot_elems +
@@ -59,12 +59,13 @@ template <typename T, typename Epilogue>
 __device__ __forceinline__ void twoshot_epilogue_rows(const KernelParams& p) {
   for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
     const RowSlice rs = row_slice(p, row);
-    uint4 ar[kMaxVecsPerThread];
+    const typename Epilogue::Prefetch pre = Epilogue::prefetch(p, rs);
+    uint4 ar[Epilogue::kVecs];
 #pragma unroll
-    for (int k = 0; k < kMaxVecsPerThread; ++k) {
+    for (int k = 0; k < Epilogue::kVecs; ++k) {
       if (rs.owns(k)) ar[k] = protocol::ld_volatile_v4(elem_ptr(p.peers.gather[p.rank], rs.elem(k)));
     }
-    Epilogue::apply(p, rs, ar);
+    Epilogue::apply(p, rs, ar, pre);
   }
 }
 
@@ -75,7 +76,7 @@ template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) twoshot_kernel(const KernelParams p) {
   if (protocol::aborted(p)) return;
   const uint32_t epoch = protocol::load_cta_epoch(p);
-  twoshot_scatter_rows<T, kWorld>(p);
+  twoshot_scatter_rows<T, kWorld, Epilogue::kVecs>(p);
   if (protocol::peer_barrier<kWorld>(p, epoch + 1, Phase::kTwoshotScatterBarrier)) {
     twoshot_reduce_rows<T, kWorld>(p);
     if (protocol::peer_barrier<kWorld>(p, epoch + 2, Phase::kTwoshotGatherBarrier)) {
