@@ -5,3 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 ctest --test-dir build --output-on-failure "$@"
+if ! ./build/arfusion_gpu_tests --gtest_list_tests >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "NOTE: no usable GPU here: the GPU suite (ctest label gpu) was SKIPPED, not run."
+fi
