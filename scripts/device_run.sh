@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (the `device` tool): runs the requested stages against a build made
 # elsewhere (carried in ./build) and leaves logs and JSON in $OUT (default ./device_out), packed into
-# $OUT/results.tar.gz plus the short summaries. Stages: env gpu bench world1 allreduce (default: all).
+# $OUT/results.tar.gz plus the short summaries. Stages: env gpu bench world1 allreduce (default: all),
+# and multi (one GPU per rank on a multi-GPU machine: tests and TP 2/4/8 sweeps).
 # Usage: bash scripts/device_run.sh [stage...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,13 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export ARF_GIT_COMMIT=${ARF_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 stages=("$@")
 ((${#stages[@]})) || stages=(env gpu bench world1 allreduce)
+num_gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+
+# NCCL is loaded with dlopen (bench column): the device image ships it in the nvidia-nccl wheel.
+if [[ -z ${ARF_NCCL_LIBRARY:-} ]]; then
+  nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  [[ -n $nccl_dir && -e $nccl_dir/libnccl.so.2 ]] && export ARF_NCCL_LIBRARY=$nccl_dir/libnccl.so.2
+fi
 
 # ctest files hold the absolute build path of the machine that configured them.
 configured=$(sed -n 's/^# Build directory: //p' build/CTestTestfile.cmake 2>/dev/null)
@@ -36,6 +44,17 @@ for stage in "${stages[@]}"; do
     allreduce)
       ./build/arfusion-bench --op allreduce -b 32K -e 64M -f 2 -G 1 -c 1 -J "$out/run/allreduce.json" 2>&1 \
         | tee "$out/run/allreduce.txt" | tail -25 ;;
+    multi)
+      # Real ranks: one GPU per rank (issue 6). Tests with ARF_TEST_DEVICES, bench on all GPUs.
+      devs=$(seq -s, 0 $((num_gpus - 1)))
+      ARF_TEST_DEVICES=$devs ctest --test-dir "${configured:-build}" -L gpu --output-on-failure 2>&1 \
+        | tee "$out/run/ctest_gpu_multi.log" | tail -8
+      for n in 2 4 8; do
+        ((n <= num_gpus)) || continue
+        ./build/arfusion-bench --nranks "$n" -J "$out/run/fused_tp$n.json" 2>&1 | tee "$out/run/fused_tp$n.txt" | tail -20
+        ./build/arfusion-bench --op allreduce --nranks "$n" -b 32K -e 64M -f 2 -G 1 -c 1 \
+          -J "$out/run/allreduce_tp$n.json" 2>&1 | tee "$out/run/allreduce_tp$n.txt" | tail -20
+      done ;;
     *) echo "unknown stage $stage" ;;
   esac
 done
