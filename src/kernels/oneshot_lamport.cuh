@@ -85,21 +85,10 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lampo
     lamport_push_rows<T, kWorld, Epilogue::kVecs>(p, s);  // first, so peers can start reducing
     lamport_clear_previous<kWorld>(p, s);
   }
-  for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
-    const RowSlice rs = row_slice(p, row);
-    const typename Epilogue::Prefetch pre = Epilogue::prefetch(p, rs);
-    uint4 ar[Epilogue::kVecs];
-#pragma unroll
-    for (int k = 0; k < Epilogue::kVecs; ++k) {
-      if (!rs.owns(k)) continue;
-      if constexpr (kWorld > 1) {
-        ar[k] = lamport_reduce_vec<T, kWorld>(p, s, rs.elem(k));
-      } else {
-        ar[k] = canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
-      }
-    }
-    Epilogue::apply(p, rs, ar, pre);
-  }
+  for_each_owned_row<Epilogue>(p, [&](const RowSlice& rs, int k) {
+    if constexpr (kWorld > 1) return lamport_reduce_vec<T, kWorld>(p, s, rs.elem(k));
+    return canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
+  });
   if constexpr (kWorld > 1) protocol::lamport_arrive(p, s);
 }
 
@@ -107,16 +96,9 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lampo
 // any grid). Same RowSlice and block size as the fused kernels -> bitwise the same rows.
 template <typename T, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) local_epilogue_kernel(const KernelParams p) {
-  for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
-    const RowSlice rs = row_slice(p, row);
-    const typename Epilogue::Prefetch pre = Epilogue::prefetch(p, rs);
-    uint4 ar[Epilogue::kVecs];
-#pragma unroll
-    for (int k = 0; k < Epilogue::kVecs; ++k) {
-      if (rs.owns(k)) ar[k] = canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
-    }
-    Epilogue::apply(p, rs, ar, pre);
-  }
+  for_each_owned_row<Epilogue>(p, [&](const RowSlice& rs, int k) {
+    return canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
+  });
 }
 
 }  // namespace arf

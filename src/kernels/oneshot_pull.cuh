@@ -21,27 +21,16 @@ __device__ __forceinline__ void pull_copy_in_rows(const KernelParams& p) {
   }
 }
 
-template <typename T, int kWorld, typename Epilogue>
-__device__ __forceinline__ void pull_reduce_rows(const KernelParams& p) {
-  for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
-    const RowSlice rs = row_slice(p, row);
-    const typename Epilogue::Prefetch pre = Epilogue::prefetch(p, rs);
-    uint4 ar[Epilogue::kVecs];
+// Sums vector k of a row over every rank's copy-in buffer, in rank order; all loads in flight first.
+template <typename T, int kWorld>
+__device__ __forceinline__ uint4 pull_reduce_vec(const KernelParams& p, int64_t elem) {
+  uint4 vals[kWorld];
 #pragma unroll
-    for (int k = 0; k < Epilogue::kVecs; ++k) {
-      if (!rs.owns(k)) continue;
-      uint4 vals[kWorld];  // all loads in flight before the first add
+  for (int src = 0; src < kWorld; ++src) vals[src] = protocol::ld_volatile_v4(elem_ptr(p.peers.pull[src], elem));
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll
-      for (int src = 0; src < kWorld; ++src) {
-        vals[src] = protocol::ld_volatile_v4(elem_ptr(p.peers.pull[src], rs.elem(k)));
-      }
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll
-      for (int src = 0; src < kWorld; ++src) add_to<T>(acc, canonicalize(vals[src]));
-      ar[k] = round_sum<T>(acc);
-    }
-    Epilogue::apply(p, rs, ar, pre);
-  }
+  for (int src = 0; src < kWorld; ++src) add_to<T>(acc, canonicalize(vals[src]));
+  return round_sum<T>(acc);
 }
 
 // Thread map: CTA b owns rows b, b + G, ...; thread t owns vectors t + k*B of each row (RowSlice),
@@ -53,7 +42,8 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_pull_
   pull_copy_in_rows<T, Epilogue::kVecs>(p);
   // Release/acquire: the copy-in was written in this kernel (design rule 3).
   if (protocol::peer_barrier<kWorld>(p, epoch + 1, Phase::kPullStartBarrier)) {
-    pull_reduce_rows<T, kWorld, Epilogue>(p);
+    for_each_owned_row<Epilogue>(
+        p, [&](const RowSlice& rs, int k) { return pull_reduce_vec<T, kWorld>(p, rs.elem(k)); });
 #ifndef ARF_NEGATIVE_CONTROL_NO_END_BARRIER
     // Peers are done reading our copy-in buffer only once they pass this barrier.
     protocol::peer_barrier<kWorld>(p, epoch + 2, Phase::kPullEndBarrier);

@@ -163,4 +163,21 @@ struct ResidualRmsNormEpilogue {
   }
 };
 
+// The row loop every kernel ends with: for each row this CTA owns (b, b + G, ...), start the
+// epilogue's prefetch, obtain each owned vector's all-reduced value from value(row_slice, k) (which
+// may wait for peers), then apply the epilogue.
+template <typename Epilogue, typename ValueFn>
+__device__ __forceinline__ void for_each_owned_row(const KernelParams& p, ValueFn value) {
+  for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
+    const RowSlice rs = row_slice(p, row);
+    const typename Epilogue::Prefetch pre = Epilogue::prefetch(p, rs);
+    uint4 ar[Epilogue::kVecs];
+#pragma unroll
+    for (int k = 0; k < Epilogue::kVecs; ++k) {
+      if (rs.owns(k)) ar[k] = value(rs, k);
+    }
+    Epilogue::apply(p, rs, ar, pre);
+  }
+}
+
 }  // namespace arf

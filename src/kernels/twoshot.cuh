@@ -55,20 +55,6 @@ __device__ __forceinline__ void twoshot_reduce_rows(const KernelParams& p) {
   }
 }
 
-template <typename T, typename Epilogue>
-__device__ __forceinline__ void twoshot_epilogue_rows(const KernelParams& p) {
-  for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
-    const RowSlice rs = row_slice(p, row);
-    const typename Epilogue::Prefetch pre = Epilogue::prefetch(p, rs);
-    uint4 ar[Epilogue::kVecs];
-#pragma unroll
-    for (int k = 0; k < Epilogue::kVecs; ++k) {
-      if (rs.owns(k)) ar[k] = protocol::ld_volatile_v4(elem_ptr(p.peers.gather[p.rank], rs.elem(k)));
-    }
-    Epilogue::apply(p, rs, ar, pre);
-  }
-}
-
 // Thread map: CTA b owns rows b, b + G, ... in all three phases, so CTA b's barriers pair exactly the
 // CTAs that exchange those rows; thread t owns vectors t + k*B (phases 1, 3) and part vectors
 // t, t + B, ... (phase 2).
@@ -80,7 +66,9 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) twoshot_kerne
   if (protocol::peer_barrier<kWorld>(p, epoch + 1, Phase::kTwoshotScatterBarrier)) {
     twoshot_reduce_rows<T, kWorld>(p);
     if (protocol::peer_barrier<kWorld>(p, epoch + 2, Phase::kTwoshotGatherBarrier)) {
-      twoshot_epilogue_rows<T, Epilogue>(p);
+      for_each_owned_row<Epilogue>(p, [&](const RowSlice& rs, int k) {
+        return protocol::ld_volatile_v4(elem_ptr(p.peers.gather[p.rank], rs.elem(k)));
+      });
     }
   }
   protocol::store_cta_epoch(p, epoch + 2);

@@ -1,0 +1,255 @@
+// Bit-exact encoders and decoders of the quantized formats (FP8 e4m3, FP4 e2m1, UE8M0) and the
+// scale rules of every quantized epilogue (design.md, issue 3). One copy of this arithmetic serves
+// the GPU kernels and the CPU reference (src/reference/quant_reference.cc), so the two produce the
+// same bits: everything here is integer bit manipulation plus single IEEE operations (one division
+// or one multiplication per step, never a*b+c that a compiler could contract into an FMA). On the
+// device div_rn/mul_rn are __fdiv_rn/__fmul_rn, which are the IEEE operations regardless of
+// -use_fast_math, -prec-div or FMA contraction. The one build requirement: no -ftz=true (bf16
+// subnormals are legal norm values and must not flush).
+//
+// Stated choices (tests/cpu/test_quant_formats.cc pins every one):
+//  * e4m3 (OCP e4m3fn, max 448, no Inf): round to nearest even; every |x| > 448, +-Inf included,
+//    SATURATES to +-448 ("quant_out = saturate(norm / scale)"); NaN -> 0x7F whatever its sign;
+//    the sign of a zero result is kept (-0.0 and negative underflow -> 0x80); subnormals
+//    (k * 2^-9) are produced and decoded. This is exactly PTX cvt.rn.satfinite.e4m3x2.f32 and
+//    CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3), so a kernel may use either.
+//  * e2m1 (0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives): round to nearest even, |x| > 6 and +-Inf
+//    saturate to +-6, NaN -> +6 (0x7; the format has no NaN), zero sign kept. Matches CUDA's
+//    __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest) (cvt.rn.satfinite.e2m1x2.f32).
+//  * UE8M0 (byte e means 2^(e-127), 0xFF = NaN): encode rounds |x| UP to a power of two, as
+//    DeepGEMM/FlashInfer do for scales (cvt.rp.satfinite.ue8m0x2.f32): 0 and anything <= 2^-127
+//    -> 0x00, > 2^127 and +Inf saturate to 0xFE, NaN -> 0xFF.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#ifndef ARF_HD
+#if defined(__CUDACC__)
+#define ARF_HD __host__ __device__
+#else
+#define ARF_HD
+#endif
+#endif
+
+namespace arf::quant {
+
+inline constexpr float kE4m3Max = 448.0f;
+inline constexpr float kE2m1Max = 6.0f;
+// Floor of every dynamic FP8 scale: 2^-9 / 448 = 1 / (448 * 512) (bits 0x36924925), the smallest
+// e4m3 subnormal over the e4m3 maximum, as FlashInfer's dynamic FP8 (MIN_FP8_SCALE) and vLLM's
+// per-token quant (1 / (448 * 512)) use. It keeps a scale of an all-zero row or group positive,
+// finite and normal, so x / scale never divides by zero or by a subnormal.
+inline constexpr float kMinFp8Scale = 1.0f / (448.0f * 512.0f);
+inline constexpr uint8_t kE4m3Nan = 0x7F;
+inline constexpr uint8_t kUe8m0Nan = 0xFF;
+
+// ---- exact IEEE primitives, identical on host and device ------------------------------------
+
+ARF_HD inline uint32_t float_to_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+#endif
+}
+
+ARF_HD inline float bits_to_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+#endif
+}
+
+ARF_HD inline float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+ARF_HD inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// Running absolute maximum. NaN elements are ignored (a NaN compares false), which is what
+// fmaxf(acc, fabsf(x)) and __hmax do on the GPU, so any reduction order gives the same amax.
+ARF_HD inline float abs_max(float acc, float x) {
+  const float a = bits_to_float(float_to_bits(x) & 0x7FFFFFFFu);
+  return a > acc ? a : acc;
+}
+
+// ---- shared rounding core --------------------------------------------------------------------
+
+// Magnitude code (biased exponent << kManBits | mantissa) of a float magnitude `a` (sign cleared,
+// finite, below the format's overflow threshold), rounded to nearest even, for a format with
+// kManBits mantissa bits whose smallest normal is 2^kEmin. A mantissa carry moves into the
+// exponent field, which is the correctly rounded next binade (subnormal -> smallest normal too).
+template <int kManBits, int kEmin>
+ARF_HD inline uint32_t round_magnitude(uint32_t a) {
+  const uint32_t exp = a >> 23;
+  const uint32_t mant = a & 0x7FFFFFu;
+  uint32_t code, rem, half;
+  if (static_cast<int>(exp) - 127 >= kEmin) {  // normal in the target format
+    constexpr uint32_t kDrop = 23 - kManBits;
+    code = ((exp - static_cast<uint32_t>(127 + kEmin - 1)) << kManBits) | (mant >> kDrop);
+    rem = mant & ((1u << kDrop) - 1u);
+    half = 1u << (kDrop - 1u);
+  } else {
+    // Subnormal in the target: code = round(|x| / 2^(kEmin - kManBits)). With the implicit bit,
+    // |x| = m * 2^(exp - 150), so code = m >> shift. Float subnormals are far below every target
+    // subnormal and round to zero.
+    if (exp == 0) return 0;
+    const uint32_t m = mant | 0x800000u;
+    const int shift = 150 + kEmin - kManBits - static_cast<int>(exp);
+    if (shift > 31) return 0;  // below half the smallest subnormal
+    code = m >> shift;
+    rem = m & ((1u << shift) - 1u);
+    half = 1u << (shift - 1);
+  }
+  if (rem > half || (rem == half && (code & 1u))) ++code;
+  return code;
+}
+
+// ---- FP8 e4m3 (OCP e4m3fn) ---------------------------------------------------------------------
+
+ARF_HD inline uint8_t encode_e4m3(float x) {
+  const uint32_t u = float_to_bits(x);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return kE4m3Nan;
+  // Everything above 448 saturates: (448, 464) rounds to 448, 464 is the tie whose even neighbour
+  // is 448, and above it the next step (480) would be the NaN code.
+  if (a >= 0x43E00000u) return static_cast<uint8_t>(sign | 0x7Eu);
+  return static_cast<uint8_t>(sign | round_magnitude<3, -6>(a));
+}
+
+ARF_HD inline float decode_e4m3(uint8_t c) {
+  const uint32_t sign = static_cast<uint32_t>(c & 0x80u) << 24;
+  const uint32_t exp = (c >> 3) & 0xFu;
+  const uint32_t mant = c & 0x7u;
+  if ((c & 0x7Fu) == 0x7Fu) return bits_to_float(sign | 0x7FC00000u);
+  if (exp == 0) {  // mant * 2^-9: both factors exact, so the product is exact
+    const float m = mul_rn(static_cast<float>(mant), 0x1p-9f);
+    return bits_to_float(sign | float_to_bits(m));
+  }
+  return bits_to_float(sign | ((exp + 120u) << 23) | (mant << 20));
+}
+
+// ---- FP4 e2m1 ----------------------------------------------------------------------------------
+
+// Returns the 4-bit code in the low nibble.
+ARF_HD inline uint8_t encode_e2m1(float x) {
+  const uint32_t u = float_to_bits(x);
+  const uint32_t sign = (u >> 28) & 0x8u;
+  const uint32_t a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return 0x7u;  // NaN -> +6, as CUDA's conversion does
+  // Above 5 (the 4/6 tie, which goes to 4: even mantissa) everything becomes 6.
+  if (a > 0x40A00000u) return static_cast<uint8_t>(sign | 0x7u);
+  return static_cast<uint8_t>(sign | round_magnitude<1, 0>(a));
+}
+
+ARF_HD inline float decode_e2m1(uint8_t c) {
+  // Magnitudes of codes 0..7, each exact in float.
+  const uint32_t code = c & 0x7u;
+  const float m = code < 2 ? (code == 1 ? 0.5f : 0.0f)
+                           : bits_to_float(((code >> 1) + 126u) << 23 | (code & 1u) << 22);
+  return bits_to_float(float_to_bits(m) | (c & 0x8u ? 0x80000000u : 0u));
+}
+
+// ---- UE8M0 -------------------------------------------------------------------------------------
+
+ARF_HD inline uint8_t encode_ue8m0_ceil(float x) {
+  const uint32_t a = float_to_bits(x) & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return kUe8m0Nan;
+  if (a == 0x7F800000u) return 0xFEu;
+  const uint32_t exp = a >> 23;
+  if (exp == 0) return a <= 0x00400000u ? 0u : 1u;  // 0x00400000 is 2^-127, code 0
+  const uint32_t code = exp + ((a & 0x7FFFFFu) != 0 ? 1u : 0u);
+  return static_cast<uint8_t>(code > 0xFEu ? 0xFEu : code);
+}
+
+ARF_HD inline float decode_ue8m0(uint8_t e) {
+  if (e == kUe8m0Nan) return bits_to_float(0x7FC00000u);
+  if (e == 0) return bits_to_float(0x00400000u);  // 2^-127, a float subnormal
+  return bits_to_float(static_cast<uint32_t>(e) << 23);
+}
+
+// 1 / decode_ue8m0(e) = 2^(127 - e), exact for every finite code. Multiplying by it gives the same
+// bits as dividing by the scale (the two operations round the same real number), so a kernel may
+// use mul_rn(x, ue8m0_reciprocal(e)) wherever this file says div_rn(x, scale) for a UE8M0 scale.
+ARF_HD inline float ue8m0_reciprocal(uint8_t e) {
+  if (e == kUe8m0Nan) return bits_to_float(0x7FC00000u);
+  if (e == 0xFEu) return bits_to_float(0x00400000u);  // 2^-127
+  return bits_to_float((254u - e) << 23);
+}
+
+// ---- scale rules -------------------------------------------------------------------------------
+
+// Dynamic FP8 scale (per token, per 1x128 group): max(amax / 448, kMinFp8Scale). The same floor
+// serves both so one helper serves both kernels; an all-zero row or group gets kMinFp8Scale (byte
+// 110 = 2^-17 in UE8M0) and quantizes to zeros like any positive scale would. AITER uses 1.0 for a
+// zero group and FlashInfer's packed UE8M0 path clamps at 1e-10; only groups with amax < 2^-9 see a
+// difference, and for them ours does not use the full e4m3 range.
+ARF_HD inline float fp8_dynamic_scale(float amax) {
+  const float s = div_rn(amax, kE4m3Max);
+  return s > kMinFp8Scale ? s : kMinFp8Scale;
+}
+
+// UE8M0 variant (DeepGEMM/FlashInfer): the dynamic scale rounded UP to a power of two, so that
+// amax / scale <= 448 still holds. Decode with decode_ue8m0, or store it as that fp32 value.
+ARF_HD inline uint8_t fp8_dynamic_scale_ue8m0(float amax) {
+  return encode_ue8m0_ceil(fp8_dynamic_scale(amax));
+}
+
+// One FP8 element: saturate(x / scale). Division, not multiplication by a reciprocal, because the
+// contract says norm / scale and the two differ in the last bit for non-power-of-two scales.
+ARF_HD inline uint8_t quantize_e4m3(float x, float scale) { return encode_e4m3(div_rn(x, scale)); }
+
+// NVFP4 block of 16 (TRT-LLM/FlashInfer cvt_warp_fp16_to_fp4 recipe, with exact IEEE operations
+// where they use rcp.approx): with the fp32 global scale gs (typically 448 * 6 / tensor amax),
+//   sf   = e4m3((amax / 6) * gs)           stored per block, unsigned (sf >= 0, so bit 7 is 0)
+//   mult = sf == 0 ? 0 : gs / float(sf)    the per-element multiplier
+//   q    = e2m1(x * mult)
+// Dequantization: x ~= float(q) * float(sf) / gs. Rounding sf to nearest can round it down, so
+// x * mult may exceed 6 slightly; e2m1 saturation takes care of that.
+struct Nvfp4BlockScale {
+  uint8_t sf;  // e4m3 code
+  float mult;
+};
+
+ARF_HD inline Nvfp4BlockScale nvfp4_block_scale(float amax, float global_scale) {
+  Nvfp4BlockScale s;
+  s.sf = encode_e4m3(mul_rn(div_rn(amax, kE2m1Max), global_scale));
+  const float sf = decode_e4m3(s.sf);
+  s.mult = sf == 0.0f ? 0.0f : div_rn(global_scale, sf);
+  return s;
+}
+
+// MXFP4 block of 32 (OCP MX v1.0, section 6.3): shared exponent X = floor(log2(amax)) - 2, where 2
+// is e2m1's largest exponent, clamped to UE8M0's [-127, 127]; code = X + 127. Elements are
+// e2m1(x / 2^X) = e2m1(x * ue8m0_reciprocal(code)). amax / 2^X lies in [4, 8), so values above 6
+// saturate: this is the spec's choice. (TRT-LLM's MXFP4 instead rounds amax / 6 up to a power of
+// two, which never saturates but can leave the top code unused.) amax 0 or below 2^-124 gives code
+// 0; an infinite amax gives the NaN code 0xFF, marking a broken row.
+ARF_HD inline uint8_t mxfp4_scale_code(float amax) {
+  const uint32_t a = float_to_bits(amax) & 0x7FFFFFFFu;
+  if (a >= 0x7F800000u) return kUe8m0Nan;
+  const uint32_t exp = a >> 23;  // floor(log2(amax)) + 127 for normal amax
+  return static_cast<uint8_t>(exp > 2 ? exp - 2 : 0);
+}
+
+// One FP4 element given the block's multiplier (NVFP4 mult or MXFP4 ue8m0_reciprocal).
+ARF_HD inline uint8_t quantize_e2m1(float x, float mult) { return encode_e2m1(mul_rn(x, mult)); }
+
+}  // namespace arf::quant
