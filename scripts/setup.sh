@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev git)
+packages=(cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev git pkg-config)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
