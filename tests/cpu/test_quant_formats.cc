@@ -1,0 +1,360 @@
+// Tests of src/kernels/quant_formats.h: the e4m3 / e2m1 / UE8M0 encoders and decoders against
+// hand-derived bit patterns (saturation, -0, subnormals, NaN, ties to even), exhaustive round trips
+// of every code, sweeps against CUDA's own host conversions (an independent implementation of the
+// same rules), and the scale rules of every quantized pattern.
+#include "kernels/quant_formats.h"
+
+#include <cuda_fp4.h>
+#include <cuda_fp8.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "reference/cpu_reference.h"
+
+namespace arf::quant {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+
+float up(float x) { return std::nextafter(x, kInf); }
+float down(float x) { return std::nextafter(x, -kInf); }
+
+uint64_t splitmix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Float bit patterns that exercise every rounding case of the small formats: every sign/exponent
+// with the top 11 mantissa bits free (all ties of e4m3/e2m1 are among them), each one's neighbours
+// one ulp away, and random patterns.
+template <typename Fn>
+void for_each_probe(Fn&& fn) {
+  for (uint32_t i = 0; i < (1u << 20); ++i) {
+    const uint32_t u = i << 12;
+    fn(u);
+    fn(u + 1);
+    fn(u - 1);
+  }
+  uint64_t state = 42;
+  for (int i = 0; i < (1 << 20); ++i) fn(static_cast<uint32_t>(splitmix64(&state)));
+}
+
+TEST(E4m3, HandCheckedEncodings) {
+  EXPECT_EQ(encode_e4m3(0.0f), 0x00);
+  EXPECT_EQ(encode_e4m3(-0.0f), 0x80);
+  EXPECT_EQ(encode_e4m3(1.0f), 0x38);
+  EXPECT_EQ(encode_e4m3(-1.0f), 0xB8);
+  EXPECT_EQ(encode_e4m3(1.5f), 0x3C);
+  EXPECT_EQ(encode_e4m3(-240.0f), 0xF7);
+  EXPECT_EQ(encode_e4m3(448.0f), 0x7E);
+  EXPECT_EQ(encode_e4m3(-448.0f), 0xFE);
+  EXPECT_EQ(encode_e4m3(0x1p-6f), 0x08);      // smallest normal
+  EXPECT_EQ(encode_e4m3(0x1p-9f), 0x01);      // smallest subnormal
+  EXPECT_EQ(encode_e4m3(7 * 0x1p-9f), 0x07);  // largest subnormal
+  EXPECT_EQ(encode_e4m3(-3 * 0x1p-9f), 0x83);
+}
+
+TEST(E4m3, SaturatesFiniteOverflowAndInfinity) {
+  EXPECT_EQ(encode_e4m3(up(448.0f)), 0x7E);
+  EXPECT_EQ(encode_e4m3(464.0f), 0x7E);  // the 448/480 tie
+  EXPECT_EQ(encode_e4m3(up(464.0f)), 0x7E);
+  EXPECT_EQ(encode_e4m3(480.0f), 0x7E);
+  EXPECT_EQ(encode_e4m3(1e30f), 0x7E);
+  EXPECT_EQ(encode_e4m3(std::numeric_limits<float>::max()), 0x7E);
+  EXPECT_EQ(encode_e4m3(kInf), 0x7E);
+  EXPECT_EQ(encode_e4m3(-kInf), 0xFE);
+  EXPECT_EQ(encode_e4m3(-1000.0f), 0xFE);
+}
+
+TEST(E4m3, NanBecomes0x7FWhateverItsSign) {
+  EXPECT_EQ(encode_e4m3(kNan), 0x7F);
+  EXPECT_EQ(encode_e4m3(-kNan), 0x7F);
+  EXPECT_EQ(encode_e4m3(bits_to_float(0x7F800001u)), 0x7F);  // signalling
+  EXPECT_EQ(encode_e4m3(bits_to_float(0xFFFFFFFFu)), 0x7F);
+  EXPECT_TRUE(std::isnan(decode_e4m3(0x7F)));
+  EXPECT_TRUE(std::isnan(decode_e4m3(0xFF)));
+}
+
+TEST(E4m3, TiesGoToEven) {
+  EXPECT_EQ(encode_e4m3(1.0f + 0x1p-4f), 0x38);  // 1 | 1.125: even is 1
+  EXPECT_EQ(encode_e4m3(up(1.0f + 0x1p-4f)), 0x39);
+  EXPECT_EQ(encode_e4m3(down(1.0f + 0x1p-4f)), 0x38);
+  EXPECT_EQ(encode_e4m3(1.0f + 3 * 0x1p-4f), 0x3A);  // 1.125 | 1.25: even is 1.25
+  EXPECT_EQ(encode_e4m3(432.0f), 0x7E);              // 416 | 448
+  EXPECT_EQ(encode_e4m3(-432.0f), 0xFE);
+  EXPECT_EQ(encode_e4m3(15 * 0x1p-10f), 0x08);  // largest subnormal | smallest normal
+  EXPECT_EQ(encode_e4m3(3 * 0x1p-10f), 0x02);   // subnormal tie 1 | 2
+  EXPECT_EQ(encode_e4m3(5 * 0x1p-10f), 0x02);   // subnormal tie 2 | 3
+}
+
+TEST(E4m3, UnderflowKeepsTheSign) {
+  EXPECT_EQ(encode_e4m3(0x1p-10f), 0x00);  // half the smallest subnormal: tie to 0
+  EXPECT_EQ(encode_e4m3(up(0x1p-10f)), 0x01);
+  EXPECT_EQ(encode_e4m3(-0x1p-10f), 0x80);
+  EXPECT_EQ(encode_e4m3(std::numeric_limits<float>::denorm_min()), 0x00);
+  EXPECT_EQ(encode_e4m3(-std::numeric_limits<float>::denorm_min()), 0x80);
+}
+
+TEST(E4m3, HandCheckedDecodings) {
+  EXPECT_EQ(decode_e4m3(0x38), 1.0f);
+  EXPECT_EQ(decode_e4m3(0x7E), 448.0f);
+  EXPECT_EQ(decode_e4m3(0xFE), -448.0f);
+  EXPECT_EQ(decode_e4m3(0x01), 0x1p-9f);
+  EXPECT_EQ(decode_e4m3(0x07), 7 * 0x1p-9f);
+  EXPECT_EQ(decode_e4m3(0x08), 0x1p-6f);
+  EXPECT_EQ(decode_e4m3(0xF7), -240.0f);
+  EXPECT_EQ(decode_e4m3(0x00), 0.0f);
+  EXPECT_FALSE(std::signbit(decode_e4m3(0x00)));
+  EXPECT_TRUE(std::signbit(decode_e4m3(0x80)));
+}
+
+TEST(E4m3, EveryCodeRoundTrips) {
+  for (int c = 0; c < 256; ++c) {
+    const uint8_t code = static_cast<uint8_t>(c);
+    if ((code & 0x7F) == 0x7F) {
+      EXPECT_EQ(encode_e4m3(decode_e4m3(code)), 0x7F) << c;
+    } else {
+      EXPECT_EQ(encode_e4m3(decode_e4m3(code)), code) << c;
+    }
+  }
+}
+
+TEST(E4m3, DecodingIsMonotonicInTheCodeMagnitude) {
+  // Consecutive positive codes are consecutive representable values, which is what lets the
+  // reference compare codes by "steps".
+  for (int c = 1; c < 0x7F; ++c) {
+    EXPECT_LT(decode_e4m3(static_cast<uint8_t>(c - 1)), decode_e4m3(static_cast<uint8_t>(c))) << c;
+  }
+}
+
+TEST(E4m3, MatchesCudaSatfiniteConversion) {
+  int64_t mismatches = 0;
+  uint32_t first = 0;
+  for_each_probe([&](uint32_t u) {
+    const float x = bits_to_float(u);
+    if (encode_e4m3(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)) {
+      if (mismatches++ == 0) first = u;
+    }
+  });
+  EXPECT_EQ(mismatches, 0) << "first at float bits 0x" << std::hex << first;
+}
+
+TEST(E2m1, EveryMagnitudeAndItsNegative) {
+  const float magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  for (int c = 0; c < 8; ++c) {
+    EXPECT_EQ(encode_e2m1(magnitudes[c]), c);
+    EXPECT_EQ(encode_e2m1(-magnitudes[c]), c | 0x8);
+    EXPECT_EQ(decode_e2m1(static_cast<uint8_t>(c)), magnitudes[c]);
+    EXPECT_EQ(decode_e2m1(static_cast<uint8_t>(c | 0x8)), -magnitudes[c]);
+  }
+  EXPECT_TRUE(std::signbit(decode_e2m1(0x8)));
+  EXPECT_EQ(decode_e2m1(0xF7), 6.0f);  // the high nibble is ignored
+}
+
+TEST(E2m1, TiesGoToEven) {
+  EXPECT_EQ(encode_e2m1(0.25f), 0x0);  // 0 | 0.5
+  EXPECT_EQ(encode_e2m1(up(0.25f)), 0x1);
+  EXPECT_EQ(encode_e2m1(0.75f), 0x2);  // 0.5 | 1
+  EXPECT_EQ(encode_e2m1(down(0.75f)), 0x1);
+  EXPECT_EQ(encode_e2m1(1.25f), 0x2);  // 1 | 1.5
+  EXPECT_EQ(encode_e2m1(1.75f), 0x4);  // 1.5 | 2
+  EXPECT_EQ(encode_e2m1(2.5f), 0x4);   // 2 | 3
+  EXPECT_EQ(encode_e2m1(3.5f), 0x6);   // 3 | 4
+  EXPECT_EQ(encode_e2m1(5.0f), 0x6);   // 4 | 6
+  EXPECT_EQ(encode_e2m1(up(5.0f)), 0x7);
+  EXPECT_EQ(encode_e2m1(-5.0f), 0xE);
+}
+
+TEST(E2m1, SaturationNanAndZeroSign) {
+  EXPECT_EQ(encode_e2m1(7.0f), 0x7);
+  EXPECT_EQ(encode_e2m1(1e30f), 0x7);
+  EXPECT_EQ(encode_e2m1(kInf), 0x7);
+  EXPECT_EQ(encode_e2m1(-kInf), 0xF);
+  EXPECT_EQ(encode_e2m1(kNan), 0x7);  // no NaN in e2m1: +6, as CUDA does
+  EXPECT_EQ(encode_e2m1(-kNan), 0x7);
+  EXPECT_EQ(encode_e2m1(-0.0f), 0x8);
+  EXPECT_EQ(encode_e2m1(-0.1f), 0x8);
+  EXPECT_EQ(encode_e2m1(-std::numeric_limits<float>::denorm_min()), 0x8);
+}
+
+TEST(E2m1, EveryCodeRoundTrips) {
+  for (int c = 0; c < 16; ++c) EXPECT_EQ(encode_e2m1(decode_e2m1(static_cast<uint8_t>(c))), c);
+}
+
+TEST(E2m1, MatchesCudaConversion) {
+  int64_t mismatches = 0;
+  uint32_t first = 0;
+  for_each_probe([&](uint32_t u) {
+    const float x = bits_to_float(u);
+    if (encode_e2m1(x) != __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest)) {
+      if (mismatches++ == 0) first = u;
+    }
+  });
+  EXPECT_EQ(mismatches, 0) << "first at float bits 0x" << std::hex << first;
+}
+
+TEST(Ue8m0, RoundsUpToAPowerOfTwo) {
+  EXPECT_EQ(encode_ue8m0_ceil(1.0f), 127);
+  EXPECT_EQ(encode_ue8m0_ceil(up(1.0f)), 128);
+  EXPECT_EQ(encode_ue8m0_ceil(1.5f), 128);
+  EXPECT_EQ(encode_ue8m0_ceil(2.0f), 128);
+  EXPECT_EQ(encode_ue8m0_ceil(0.75f), 127);
+  EXPECT_EQ(encode_ue8m0_ceil(0.5f), 126);
+  EXPECT_EQ(encode_ue8m0_ceil(-4.0f), 129);  // magnitude
+  EXPECT_EQ(encode_ue8m0_ceil(0.0f), 0);
+  EXPECT_EQ(encode_ue8m0_ceil(-0.0f), 0);
+  EXPECT_EQ(encode_ue8m0_ceil(0x1p-127f), 0);
+  EXPECT_EQ(encode_ue8m0_ceil(up(0x1p-127f)), 1);
+  EXPECT_EQ(encode_ue8m0_ceil(0x1p-126f), 1);
+  EXPECT_EQ(encode_ue8m0_ceil(0x1p-149f), 0);
+  EXPECT_EQ(encode_ue8m0_ceil(0x1p127f), 254);
+  EXPECT_EQ(encode_ue8m0_ceil(up(0x1p127f)), 254);  // 2^128 does not exist: saturate
+  EXPECT_EQ(encode_ue8m0_ceil(kInf), 254);
+  EXPECT_EQ(encode_ue8m0_ceil(kNan), 255);
+}
+
+TEST(Ue8m0, DecodeAndReciprocal) {
+  EXPECT_EQ(decode_ue8m0(127), 1.0f);
+  EXPECT_EQ(decode_ue8m0(0), 0x1p-127f);
+  EXPECT_EQ(decode_ue8m0(254), 0x1p127f);
+  EXPECT_TRUE(std::isnan(decode_ue8m0(255)));
+  EXPECT_TRUE(std::isnan(ue8m0_reciprocal(255)));
+  for (int e = 0; e < 255; ++e) {
+    const uint8_t code = static_cast<uint8_t>(e);
+    EXPECT_EQ(encode_ue8m0_ceil(decode_ue8m0(code)), code) << e;
+    EXPECT_EQ(decode_ue8m0(code) * ue8m0_reciprocal(code), 1.0f) << e;
+  }
+}
+
+TEST(Ue8m0, MatchesCudaRoundUpConversion) {
+  int64_t mismatches = 0;
+  uint32_t first = 0;
+  for_each_probe([&](uint32_t u) {
+    const float x = bits_to_float(u);
+    if (encode_ue8m0_ceil(x) != __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf)) {
+      if (mismatches++ == 0) first = u;
+    }
+  });
+  EXPECT_EQ(mismatches, 0) << "first at float bits 0x" << std::hex << first;
+}
+
+// The licence quant_formats.h gives kernels: for a UE8M0 scale, x * 2^-k has the bits of x / 2^k.
+TEST(Ue8m0, DividingByTheScaleEqualsMultiplyingByItsReciprocal) {
+  int64_t mismatches = 0;
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    // Every bf16 value, and every fp16 value widened (fp16 subnormals are normal floats).
+    const float xs[2] = {ref::bf16_to_float(static_cast<uint16_t>(h)),
+                         ref::fp16_to_float(static_cast<uint16_t>(h))};
+    for (const float x : xs) {
+      if (std::isnan(x)) continue;
+      for (int e = 0; e < 255; ++e) {
+        const uint8_t code = static_cast<uint8_t>(e);
+        const float q_div = div_rn(x, decode_ue8m0(code));
+        const float q_mul = mul_rn(x, ue8m0_reciprocal(code));
+        if (float_to_bits(q_div) != float_to_bits(q_mul)) ++mismatches;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(ScaleRules, MinFp8ScaleIsTwoToMinusNineOver448) {
+  EXPECT_EQ(float_to_bits(kMinFp8Scale), 0x36924925u);
+  volatile float smallest_subnormal = 0x1p-9f;  // computed at run time, not folded
+  EXPECT_EQ(kMinFp8Scale, smallest_subnormal / 448.0f);
+}
+
+TEST(ScaleRules, Fp8DynamicScale) {
+  EXPECT_EQ(fp8_dynamic_scale(448.0f), 1.0f);
+  EXPECT_EQ(fp8_dynamic_scale(3.5f), 0x1p-7f);
+  EXPECT_EQ(fp8_dynamic_scale(0.0f), kMinFp8Scale);
+  EXPECT_EQ(fp8_dynamic_scale(0x1p-9f), kMinFp8Scale);
+  EXPECT_EQ(fp8_dynamic_scale(0x1p-20f), kMinFp8Scale);
+  EXPECT_EQ(fp8_dynamic_scale(up(0x1p-9f)), up(kMinFp8Scale));  // the first value above the floor
+  EXPECT_EQ(fp8_dynamic_scale(kInf), kInf);
+  // Correctly rounded amax / 448 (float division via double is exact here: 53 >= 2 * 24 + 2).
+  for (const float amax : {1.0f, 3.0f, 0.1f, 65504.0f, 3e-3f, 12345.678f}) {
+    EXPECT_EQ(fp8_dynamic_scale(amax), static_cast<float>(static_cast<double>(amax) / 448.0)) << amax;
+  }
+}
+
+TEST(ScaleRules, Fp8DynamicScaleUe8m0RoundsUp) {
+  EXPECT_EQ(fp8_dynamic_scale_ue8m0(448.0f), 127);
+  EXPECT_EQ(fp8_dynamic_scale_ue8m0(up(448.0f)), 128);
+  EXPECT_EQ(fp8_dynamic_scale_ue8m0(224.0f), 126);
+  EXPECT_EQ(fp8_dynamic_scale_ue8m0(3.5f), 120);  // exactly 2^-7
+  EXPECT_EQ(fp8_dynamic_scale_ue8m0(4.0f), 121);  // 2^-6.8 rounds up to 2^-6
+  EXPECT_EQ(fp8_dynamic_scale_ue8m0(0.0f), 110);  // the floor 2^-17.8 rounds up to 2^-17
+  // amax / scale never exceeds 448 once the scale is rounded up.
+  for (const float amax : {1.0f, 3.0f, 0.1f, 65504.0f, 1e-3f, 12345.678f, up(448.0f)}) {
+    EXPECT_LE(amax / decode_ue8m0(fp8_dynamic_scale_ue8m0(amax)), 448.0f) << amax;
+  }
+}
+
+TEST(ScaleRules, QuantizeE4m3DividesBeforeEncoding) {
+  EXPECT_EQ(quantize_e4m3(3.5f, 0x1p-7f), 0x7E);
+  EXPECT_EQ(quantize_e4m3(-1.0f, 0x1p-7f), 0xF0);  // -128
+  EXPECT_EQ(quantize_e4m3(1000.0f, 1.0f), 0x7E);
+  // Division and multiplication by a reciprocal differ: here x / s is exactly the tie between
+  // codes 0x08 and 0x09 (goes to even 0x08), while x * (1 / s) lands one float ulp above it.
+  const float x = 0x1.26p+0f, s = 0x1.14b4b4p+6f;
+  EXPECT_EQ(quantize_e4m3(x, s), 0x08);
+  EXPECT_EQ(encode_e4m3(x * (1.0f / s)), 0x09);
+}
+
+TEST(ScaleRules, Nvfp4BlockScale) {
+  Nvfp4BlockScale s = nvfp4_block_scale(6.0f, 1.0f);
+  EXPECT_EQ(s.sf, 0x38);  // 1.0
+  EXPECT_EQ(s.mult, 1.0f);
+  s = nvfp4_block_scale(12.0f, 1.0f);
+  EXPECT_EQ(s.sf, 0x40);  // 2.0
+  EXPECT_EQ(s.mult, 0.5f);
+  s = nvfp4_block_scale(12.0f, 224.0f);  // gs = 448 * 6 / 12 maps this block's sf to 448
+  EXPECT_EQ(s.sf, 0x7E);
+  EXPECT_EQ(s.mult, 0.5f);
+  s = nvfp4_block_scale(0.0f, 224.0f);
+  EXPECT_EQ(s.sf, 0x00);
+  EXPECT_EQ(s.mult, 0.0f);
+  s = nvfp4_block_scale(1e6f, 224.0f);  // sf saturates at 448
+  EXPECT_EQ(s.sf, 0x7E);
+  EXPECT_EQ(s.mult, 0.5f);
+  // sf rounds down (1.05 -> 1.0), so the amax element lands above 6 and saturates.
+  s = nvfp4_block_scale(6.3f, 1.0f);
+  EXPECT_EQ(s.sf, 0x38);
+  EXPECT_EQ(quantize_e2m1(6.3f, s.mult), 0x7);
+  EXPECT_EQ(quantize_e2m1(-2.9f, s.mult), 0xD);  // -3
+}
+
+TEST(ScaleRules, Mxfp4ScaleCode) {
+  EXPECT_EQ(mxfp4_scale_code(6.0f), 127);  // floor(log2 6) - 2 = 0
+  EXPECT_EQ(mxfp4_scale_code(4.0f), 127);
+  EXPECT_EQ(mxfp4_scale_code(down(8.0f)), 127);
+  EXPECT_EQ(mxfp4_scale_code(8.0f), 128);
+  EXPECT_EQ(mxfp4_scale_code(down(4.0f)), 126);
+  EXPECT_EQ(mxfp4_scale_code(0.75f), 124);
+  EXPECT_EQ(mxfp4_scale_code(0.0f), 0);
+  EXPECT_EQ(mxfp4_scale_code(0x1p-124f), 1);
+  EXPECT_EQ(mxfp4_scale_code(down(0x1p-124f)), 0);
+  EXPECT_EQ(mxfp4_scale_code(std::numeric_limits<float>::max()), 252);
+  EXPECT_EQ(mxfp4_scale_code(kInf), 0xFF);
+  // amax in [4, 8) * 2^X: 7 saturates to 6 (the spec's choice), 5 is the 4/6 tie.
+  EXPECT_EQ(quantize_e2m1(7.0f, ue8m0_reciprocal(mxfp4_scale_code(7.0f))), 0x7);
+  EXPECT_EQ(quantize_e2m1(0.75f, ue8m0_reciprocal(mxfp4_scale_code(0.75f))), 0x7);  // 0.75 * 8
+}
+
+TEST(AbsMax, IgnoresNanAndSign) {
+  float acc = 0.0f;
+  for (const float x : {1.0f, -3.0f, kNan, 2.0f, -0.0f}) acc = abs_max(acc, x);
+  EXPECT_EQ(acc, 3.0f);
+  EXPECT_EQ(abs_max(0.0f, -kInf), kInf);
+  EXPECT_FALSE(std::signbit(abs_max(0.0f, -0.0f)));
+}
+
+}  // namespace
+}  // namespace arf::quant
