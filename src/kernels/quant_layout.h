@@ -24,9 +24,9 @@
 
 namespace arf::quant {
 
-inline constexpr int kFp8GroupElems = 128;   // FP8 per-group: one scale per 1x128 elements
-inline constexpr int kNvfp4BlockElems = 16;  // NVFP4: one e4m3 scale per 16 elements
-inline constexpr int kMxfp4BlockElems = 32;  // MXFP4: one UE8M0 scale per 32 elements
+inline constexpr int kFp8GroupElems = 128;    // FP8 per-group: one scale per 1x128 elements
+inline constexpr int kNvfp4BlockElems = 16;   // NVFP4: one e4m3 scale per 16 elements
+inline constexpr int kMxfp4BlockElems = 32;   // MXFP4: one UE8M0 scale per 32 elements
 inline constexpr int kMnMajorTokenAlign = 4;  // 4 x 4-byte words = TMA's 16-byte alignment
 inline constexpr int kSwizzleTileRows = 128;
 inline constexpr int kSwizzleTileCols = 4;
@@ -41,7 +41,9 @@ ARF_HD constexpr int64_t round_up(int64_t x, int64_t m) { return ceil_div(x, m) 
 
 // ---- per-layout offsets (in scale elements for fp32 layouts, in bytes for byte layouts) --------
 
-ARF_HD constexpr int64_t row_major_offset(int64_t t, int64_t c, int64_t cols) { return t * cols + c; }
+ARF_HD constexpr int64_t row_major_offset(int64_t t, int64_t c, int64_t cols) {
+  return t * cols + c;
+}
 
 ARF_HD constexpr int64_t mn_major_tokens(int64_t num_tokens) {
   return round_up(num_tokens, kMnMajorTokenAlign);
@@ -66,7 +68,7 @@ ARF_HD constexpr int64_t swizzled_128x4_offset(int64_t t, int64_t c, int64_t col
   return tile * kSwizzleTileBytes + in_tile;
 }
 
-// ---- the three layouts behind one interface ------------------------------------------------------
+// ---- the three layouts behind one interface ---------------------------------------------------
 
 ARF_HD constexpr int64_t scale_elem_bytes(ScaleStorage storage) {
   return storage == ScaleStorage::kFp32 ? 4 : 1;

@@ -2,8 +2,6 @@
 // hand-derived bit patterns (saturation, -0, subnormals, NaN, ties to even), exhaustive round trips
 // of every code, sweeps against CUDA's own host conversions (an independent implementation of the
 // same rules), and the scale rules of every quantized pattern.
-#include "kernels/quant_formats.h"
-
 #include <cuda_fp4.h>
 #include <cuda_fp8.h>
 #include <gtest/gtest.h>
@@ -12,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/quant_formats.h"
 #include "reference/cpu_reference.h"
 
 namespace arf::quant {
@@ -280,7 +279,8 @@ TEST(ScaleRules, Fp8DynamicScale) {
   EXPECT_EQ(fp8_dynamic_scale(kInf), kInf);
   // Correctly rounded amax / 448 (float division via double is exact here: 53 >= 2 * 24 + 2).
   for (const float amax : {1.0f, 3.0f, 0.1f, 65504.0f, 3e-3f, 12345.678f}) {
-    EXPECT_EQ(fp8_dynamic_scale(amax), static_cast<float>(static_cast<double>(amax) / 448.0)) << amax;
+    EXPECT_EQ(fp8_dynamic_scale(amax), static_cast<float>(static_cast<double>(amax) / 448.0))
+        << amax;
   }
 }
 

@@ -2,13 +2,13 @@
 // formulas TRT-LLM's and FlashInfer's code and tests use, written here independently), and for each
 // layout a bijection check: every position of the padded grid, padding included, maps to its own
 // in-bounds slot and together they fill the buffer exactly.
-#include "kernels/quant_layout.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "kernels/quant_layout.h"
 
 namespace arf::quant {
 namespace {
@@ -37,7 +37,8 @@ TEST(QuantLayout, RowMajorHandChecked) {
   EXPECT_EQ(scale_byte_offset(ScaleLayout::kRowMajor, ScaleStorage::kFp32, 2, 3, 10, 56), 460);
   EXPECT_EQ(scale_byte_offset(ScaleLayout::kRowMajor, ScaleStorage::kByte, 2, 3, 10, 56), 115);
   EXPECT_EQ(scale_buffer_bytes(ScaleLayout::kRowMajor, ScaleStorage::kFp32, 10, 56), 2240);
-  EXPECT_EQ(scale_buffer_bytes(ScaleLayout::kRowMajor, ScaleStorage::kFp32, 10, 1), 40);  // per-token
+  EXPECT_EQ(scale_buffer_bytes(ScaleLayout::kRowMajor, ScaleStorage::kFp32, 10, 1),
+            40);  // per-token
 }
 
 TEST(QuantLayout, MnMajorFp32HandChecked) {
@@ -48,11 +49,13 @@ TEST(QuantLayout, MnMajorFp32HandChecked) {
   EXPECT_EQ(mn_major_offset(2, 55, 3), 222);
   EXPECT_EQ(scale_byte_offset(ScaleLayout::kMnMajor, ScaleStorage::kFp32, 2, 55, 3, 56), 888);
   EXPECT_EQ(scale_buffer_bytes(ScaleLayout::kMnMajor, ScaleStorage::kFp32, 3, 56), 56 * 4 * 4);
-  EXPECT_EQ(scale_buffer_bytes(ScaleLayout::kMnMajor, ScaleStorage::kFp32, 4096, 56), 56 * 4096 * 4);
+  EXPECT_EQ(scale_buffer_bytes(ScaleLayout::kMnMajor, ScaleStorage::kFp32, 4096, 56),
+            56 * 4096 * 4);
 }
 
 TEST(QuantLayout, MnMajorPackedUe8m0MatchesFlashInferPacking) {
-  // FlashInfer's group-quant test: elem_idx = (g // 4) * tma_aligned_mn + t; byte elem_idx * 4 + g % 4.
+  // FlashInfer's group-quant test: elem_idx = (g // 4) * tma_aligned_mn + t; byte elem_idx * 4 + g
+  // % 4.
   for (const int64_t tokens : {1, 3, 4, 5, 127}) {
     for (const int64_t groups : {1, 2, 3, 5, 6, 56}) {
       const int64_t aligned = (tokens + 3) / 4 * 4;
@@ -93,9 +96,12 @@ TEST(QuantLayout, Swizzled128x4HandChecked) {
 
 TEST(QuantLayout, SwizzledBufferSizes) {
   // round_up(T, 128) * round_up(H / 16, 4): hidden 7168 NVFP4, 2880 NVFP4 and 2880 MXFP4.
-  EXPECT_EQ(scale_buffer_bytes(ScaleLayout::kSwizzled128x4, ScaleStorage::kByte, 1, 448), 128 * 448);
-  EXPECT_EQ(scale_buffer_bytes(ScaleLayout::kSwizzled128x4, ScaleStorage::kByte, 129, 180), 256 * 180);
-  EXPECT_EQ(scale_buffer_bytes(ScaleLayout::kSwizzled128x4, ScaleStorage::kByte, 128, 90), 128 * 92);
+  EXPECT_EQ(scale_buffer_bytes(ScaleLayout::kSwizzled128x4, ScaleStorage::kByte, 1, 448),
+            128 * 448);
+  EXPECT_EQ(scale_buffer_bytes(ScaleLayout::kSwizzled128x4, ScaleStorage::kByte, 129, 180),
+            256 * 180);
+  EXPECT_EQ(scale_buffer_bytes(ScaleLayout::kSwizzled128x4, ScaleStorage::kByte, 128, 90),
+            128 * 92);
   EXPECT_EQ(scale_buffer_bytes(ScaleLayout::kSwizzled128x4, ScaleStorage::kByte, 0, 90), 0);
 }
 
@@ -108,7 +114,8 @@ TEST(QuantLayout, UnsupportedPairsHaveNoBuffer) {
 
 // Every (t, c) of the padded grid gets a distinct, element-aligned, in-bounds slot, and the slots
 // of the padded grid fill the buffer exactly; the unpadded grid's slots are a subset of them.
-std::string check_bijection(ScaleLayout layout, ScaleStorage storage, int64_t tokens, int64_t cols) {
+std::string check_bijection(ScaleLayout layout, ScaleStorage storage, int64_t tokens,
+                            int64_t cols) {
   const int64_t bytes = scale_buffer_bytes(layout, storage, tokens, cols);
   const int64_t eb = scale_elem_bytes(storage);
   const int64_t rows = scale_padded_tokens(layout, tokens);
@@ -125,7 +132,8 @@ std::string check_bijection(ScaleLayout layout, ScaleStorage storage, int64_t to
     }
   }
   for (int64_t b = 0; b < bytes; ++b) {
-    if (hits[b] != 1) return "byte " + std::to_string(b) + " hit " + std::to_string(hits[b]) + " times";
+    if (hits[b] != 1)
+      return "byte " + std::to_string(b) + " hit " + std::to_string(hits[b]) + " times";
   }
   return "";
 }
