@@ -4,21 +4,25 @@
 // same bits: everything here is integer bit manipulation plus single IEEE operations (one division
 // or one multiplication per step, never a*b+c that a compiler could contract into an FMA). On the
 // device div_rn/mul_rn are __fdiv_rn/__fmul_rn, which are the IEEE operations regardless of
-// -use_fast_math, -prec-div or FMA contraction. The one build requirement: no -ftz=true (bf16
-// subnormals are legal norm values and must not flush).
+// -prec-div=false or FMA contraction. The one build requirement: no -ftz=true, which
+// --use_fast_math implies (it turns even __fdiv_rn into div.rn.ftz.f32); bf16 subnormals are legal
+// norm values and must not flush.
 //
 // Stated choices (tests/cpu/test_quant_formats.cc pins every one):
 //  * e4m3 (OCP e4m3fn, max 448, no Inf): round to nearest even; every |x| > 448, +-Inf included,
 //    SATURATES to +-448 ("quant_out = saturate(norm / scale)"); NaN -> 0x7F whatever its sign;
 //    the sign of a zero result is kept (-0.0 and negative underflow -> 0x80); subnormals
-//    (k * 2^-9) are produced and decoded. This is exactly PTX cvt.rn.satfinite.e4m3x2.f32 and
-//    CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3), so a kernel may use either.
+//    (k * 2^-9) are produced and decoded. These are the rules of CUDA's
+//    __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3), whose sm_89+ form is the instruction
+//    cvt.rn.satfinite.e4m3x2.f32; the CPU tests check its host implementation bit for bit, and a
+//    GPU test must confirm the instruction before a kernel uses it instead of encode_e4m3.
 //  * e2m1 (0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives): round to nearest even, |x| > 6 and +-Inf
-//    saturate to +-6, NaN -> +6 (0x7; the format has no NaN), zero sign kept. Matches CUDA's
-//    __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest) (cvt.rn.satfinite.e2m1x2.f32).
+//    saturate to +-6, NaN -> +6 (0x7; the format has no NaN), zero sign kept. Checked against
+//    CUDA's __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest), which on sm_90 is software.
 //  * UE8M0 (byte e means 2^(e-127), 0xFF = NaN): encode rounds |x| UP to a power of two, as
-//    DeepGEMM/FlashInfer do for scales (cvt.rp.satfinite.ue8m0x2.f32): 0 and anything <= 2^-127
-//    -> 0x00, > 2^127 and +Inf saturate to 0xFE, NaN -> 0xFF.
+//    DeepGEMM/FlashInfer do for scales: 0 and anything <= 2^-127 -> 0x00, > 2^127 and +Inf
+//    saturate to 0xFE, NaN -> 0xFF. Checked against __nv_cvt_float_to_e8m0(x, __NV_SATFINITE,
+//    cudaRoundPosInf).
 #pragma once
 
 #include <cstdint>
