@@ -7,11 +7,7 @@
 
 #include "kernels/kernel_params.h"
 
-#if defined(__CUDACC__)
-#define ARF_HD __host__ __device__
-#else
-#define ARF_HD
-#endif
+#include "kernels/host_device.h"
 
 namespace arf::protocol {
 

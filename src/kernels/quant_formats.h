@@ -28,13 +28,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifndef ARF_HD
-#if defined(__CUDACC__)
-#define ARF_HD __host__ __device__
-#else
-#define ARF_HD
-#endif
-#endif
+#include "kernels/host_device.h"
 
 namespace arf::quant {
 
