@@ -40,7 +40,7 @@ extern "C" {
 #define ARF_VERSION_MAJOR 0
 #define ARF_VERSION_MINOR 1
 /* Bumped whenever a public struct changes layout; structs carry struct_size + version. */
-#define ARF_API_VERSION 1
+#define ARF_API_VERSION 2
 
 /* Largest world size the kernels are built for. */
 #define ARF_MAX_RANKS 8
@@ -69,8 +69,46 @@ typedef enum arfTransport_t {
 
 typedef enum arfPattern_t {
   arfPatternAllReduce = 0,       /* out = sum over ranks(input) */
-  arfPatternResidualRmsNorm = 1  /* residual_out = ar + residual_in; norm_out = RMSNorm(residual_out) * gamma */
+  arfPatternResidualRmsNorm = 1, /* residual_out = ar + residual_in; norm_out = RMSNorm(residual_out) * gamma */
+  /* residual_rmsnorm + quantization of the dtype-ROUNDED norm value (the unfused contract). norm_out
+   * is optional for these (NULL: not written; set: the bf16/fp16 side output). Encodings saturate;
+   * src/kernels/quant_formats.h states NaN, -0 and subnormal rules. */
+  arfPatternResidualRmsNormFp8PerTensor = 2, /* quant_out e4m3 [T,H] = e4m3(norm / *scale_in) */
+  arfPatternResidualRmsNormFp8PerToken = 3,  /* quant_out e4m3 [T,H]; scale_out fp32 [T] =
+                                                max(amax_t / 448, 2^-9 / 448) */
+  arfPatternResidualRmsNormFp8PerGroup = 4,  /* quant_out e4m3 [T,H]; one scale per 1x128 group,
+                                                H % 128 == 0; scale_layout row-major [T,H/128] or
+                                                MN-major [H/128, round_up(T,4)]; scale_format */
+  arfPatternResidualRmsNormNvfp4 = 5,        /* quant_out packed e2m1 [T,H/2] (even element in the low
+                                                nibble); scale_out e4m3 per 16 elements; *scale_in =
+                                                fp32 global scale; H % 16 == 0 */
+  arfPatternResidualRmsNormMxfp4 = 6         /* quant_out packed e2m1 [T,H/2]; scale_out UE8M0 per 32
+                                                elements; H % 32 == 0 */
 } arfPattern_t;
+
+/* Where scales live (arfScaleBufferBytes gives the size, padding included; padding is written 0). */
+typedef enum arfScaleLayout_t {
+  arfScaleRowMajor = 0,      /* [T, cols]; NVFP4/MXFP4 "linear" */
+  arfScaleMnMajor = 1,       /* FP8 per-group only: [cols, round_up(T,4)] (Hopper DeepGEMM/TMA) */
+  arfScaleSwizzled128x4 = 2  /* NVFP4/MXFP4 only: 128x4 tiles (cuBLASLt/CUTLASS/TRT-LLM) */
+} arfScaleLayout_t;
+
+/* FP8 per-group scale storage. NVFP4/MXFP4 scales are always one byte (e4m3 / UE8M0). */
+typedef enum arfScaleFormat_t {
+  arfScaleFp32 = 0,        /* amax / 448 (floored), fp32 */
+  arfScaleUe8m0AsFp32 = 1, /* rounded up to a power of two, stored as fp32 */
+  arfScaleUe8m0Packed = 2  /* rounded up to a power of two, UE8M0 bytes packed 4 per word along K */
+} arfScaleFormat_t;
+
+/* The fallback chain (seed 002): 1 kernel (all-reduce + norm + quant), 2 kernels (fused all-reduce
+ * + norm, then a quant kernel), 3 kernels' worth (all-reduce kernel, then norm + quant). Auto takes
+ * the first level eligible for the shape; a forced level that is not eligible is arfUnsupported. */
+typedef enum arfFallbackLevel_t {
+  arfFallbackAuto = 0,
+  arfFallbackOneKernel = 1,
+  arfFallbackTwoKernels = 2,
+  arfFallbackThreeKernels = 3
+} arfFallbackLevel_t;
 
 /* One name per algorithm, spelled the same in code, CLI, logs and tests (arfAlgorithmName). */
 typedef enum arfAlgorithm_t {
@@ -159,6 +197,16 @@ typedef struct arfFusedArgs_t {
   arfDataType_t gamma_dtype; /* activation dtype (default) or arfFloat32 */
   int gamma_plus_one;        /* 1: scale by (1 + gamma) (Gemma style); 0: by gamma */
   float eps;                 /* RMSNorm epsilon (default 1e-6) */
+
+  /* Quantized patterns (ARF_API_VERSION >= 2). */
+  void* quant_out;               /* e4m3 [T,H] or packed e2m1 [T,H/2] */
+  void* scale_out;               /* per pattern; arfScaleBufferBytes long */
+  const float* scale_in;         /* device pointer: FP8 per-tensor dequant scale (x ~ q * s), or the
+                                    NVFP4 global scale; read by the kernel, so graph replays see
+                                    updates */
+  arfScaleLayout_t scale_layout; /* default row-major */
+  arfScaleFormat_t scale_format; /* FP8 per-group only; default fp32 */
+  arfFallbackLevel_t fallback;   /* default auto */
 } arfFusedArgs_t;
 
 /* Fills defaults: struct_size/version, pattern residual_rmsnorm, algorithm auto, bf16, eps 1e-6,
@@ -173,6 +221,7 @@ typedef struct arfPlan_t {
   int block;                      /* threads per CTA */
   int forced;                     /* 1 when the caller forced the algorithm */
   char reason[128];               /* why this choice, e.g. "auto: 16 KiB/rank <= oneshot limit" */
+  int fallback_level;             /* quantized patterns: 1, 2 or 3 (arfFallbackLevel_t); else 1 */
 } arfPlan_t;
 
 /* Pure and rank-symmetric: the plan the same call would run. Depends only on the args' shape,
@@ -192,6 +241,11 @@ arfStatus_t arfFusedAllReduce(arfComm_t comm, const arfFusedArgs_t* args, cudaSt
  * out may equal in. Same contracts as arfFusedAllReduce (algorithm auto). */
 arfStatus_t arfAllReduce(arfComm_t comm, const void* in, void* out, size_t count,
                          arfDataType_t dtype, cudaStream_t stream);
+
+/* Bytes the scale_out buffer of a quantized pattern needs for num_tokens x hidden (0 for per-tensor
+ * FP8 and unquantized patterns, or for an unsupported pattern/layout/format combination). */
+size_t arfScaleBufferBytes(arfPattern_t pattern, arfScaleLayout_t layout, arfScaleFormat_t format,
+                           size_t num_tokens, size_t hidden);
 
 const char* arfGetStatusString(arfStatus_t status);
 /* Detail of the last failure on the calling thread ("" if none). */

@@ -31,7 +31,16 @@ enum class Algorithm : int {
   kUnfused = 4,
   kNccl = 5,
 };
-enum class Pattern : int { kAllReduce = 0, kResidualRmsNorm = 1 };
+enum class Pattern : int {
+  kAllReduce = 0,
+  kResidualRmsNorm = 1,
+  kFp8PerTensor = 2,  // the quantized patterns are residual_rmsnorm + quantization (arfusion.h)
+  kFp8PerToken = 3,
+  kFp8PerGroup = 4,
+  kNvfp4 = 5,
+  kMxfp4 = 6,
+};
+inline constexpr bool is_quant_pattern(Pattern p) { return static_cast<int>(p) >= 2; }
 
 // Phases named in timeout reports (ErrorRecord::phase).
 enum class Phase : int {
@@ -93,6 +102,17 @@ struct KernelParams {
   int gamma_fp32;      // 1: gamma is fp32, else activation dtype
   float gamma_offset;  // 0, or 1 for (1 + gamma)
   float eps;
+
+  // Quantized patterns (norm_out may be null there: no side output).
+  void* quant_out;
+  void* scale_out;
+  const float* scale_in;  // FP8 per-tensor scale / NVFP4 global scale (device)
+  int scale_layout;       // quant::ScaleLayout
+  int scale_format;       // arfScaleFormat_t (FP8 per-group)
+  int fallback_level;     // 1, 2 or 3 for quantized patterns (launch.cu), else 1
+  // Local [capacity] scratch rows: the all-reduced or normed rows between the kernels of fallback
+  // levels 2 and 3 when the caller passes no norm_out. Only this rank touches it.
+  void* scratch;
 
   PeerBuffers peers;
   int64_t lamport_slot_elems;  // stride between rank slots inside one Lamport buffer
