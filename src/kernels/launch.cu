@@ -1,5 +1,8 @@
 // launch(): turns a Plan into kernel launches. The typed launchers are defined in launch.cuh and
-// instantiated per (dtype, algorithm) in instantiate_*.cu; this file only routes to them.
+// instantiated per (dtype, algorithm, pattern group) in instantiate_*.cu; this file only routes:
+//   one kernel           fused algorithm with the pattern's epilogue
+//   unfused / level 3    all-reduce kernel -> local epilogue kernel (norm [+ quant])
+//   level 2              fused all-reduce + norm kernel -> local quantize-only kernel
 #include "kernels/launch.h"
 
 #include <cuda_bf16.h>
@@ -10,47 +13,83 @@
 
 namespace arf {
 
-template <typename T, Algorithm kAlgorithm>
+template <typename T, Algorithm kAlgorithm, PatternGroup kGroup>
 Status launch_algorithm(int grid, int block, Pattern pattern, const KernelParams& params, cudaStream_t stream);
-template <typename T>
+template <typename T, PatternGroup kGroup>
 Status launch_local_epilogue(int grid, int block, Pattern pattern, const KernelParams& params,
                              cudaStream_t stream);
-template <typename T, Algorithm kAlgorithm>
+template <typename T, Algorithm kAlgorithm, PatternGroup kGroup>
 Status preload_algorithm(int world);
-template <typename T>
+template <typename T, PatternGroup kGroup>
 Status preload_local_epilogue();
 
 namespace {
 
-template <typename T>
-Status launch_allreduce_kernel(Algorithm algorithm, int grid, int block, Pattern pattern,
-                               const KernelParams& params, cudaStream_t stream) {
+template <typename T, PatternGroup kGroup>
+Status launch_allreduce_in_group(Algorithm algorithm, int grid, int block, Pattern pattern,
+                                 const KernelParams& params, cudaStream_t stream) {
   switch (algorithm) {
     case Algorithm::kOneshotLamport:
-      return launch_algorithm<T, Algorithm::kOneshotLamport>(grid, block, pattern, params, stream);
+      return launch_algorithm<T, Algorithm::kOneshotLamport, kGroup>(grid, block, pattern, params, stream);
     case Algorithm::kOneshotPull:
-      return launch_algorithm<T, Algorithm::kOneshotPull>(grid, block, pattern, params, stream);
+      return launch_algorithm<T, Algorithm::kOneshotPull, kGroup>(grid, block, pattern, params, stream);
     case Algorithm::kTwoshot:
-      return launch_algorithm<T, Algorithm::kTwoshot>(grid, block, pattern, params, stream);
+      return launch_algorithm<T, Algorithm::kTwoshot, kGroup>(grid, block, pattern, params, stream);
     default:
       return internal_error("no all-reduce kernel for this algorithm");
   }
 }
 
-// Unfused: the all-reduce kernel writes the rounded sum (into norm_out for residual_rmsnorm, which the
-// epilogue then overwrites in place row by row), then the standalone epilogue kernel runs.
+template <typename T>
+Status launch_allreduce_kernel(Algorithm algorithm, int grid, int block, Pattern pattern,
+                               const KernelParams& params, cudaStream_t stream) {
+  if (is_quant_pattern(pattern)) {
+    return launch_allreduce_in_group<T, PatternGroup::kQuant>(algorithm, grid, block, pattern, params, stream);
+  }
+  return launch_allreduce_in_group<T, PatternGroup::kPlain>(algorithm, grid, block, pattern, params, stream);
+}
+
+template <typename T>
+Status launch_epilogue_kernel(int grid, int block, Pattern pattern, const KernelParams& params,
+                              cudaStream_t stream) {
+  if (is_quant_pattern(pattern)) {
+    return launch_local_epilogue<T, PatternGroup::kQuant>(grid, block, pattern, params, stream);
+  }
+  return launch_local_epilogue<T, PatternGroup::kPlain>(grid, block, pattern, params, stream);
+}
+
+// Unfused and level 3: the all-reduce kernel writes the rounded sum into norm_out (or the local
+// scratch when a quantized pattern has no norm side output); the epilogue kernel then reads it and
+// overwrites it row by row with the norm.
 template <typename T>
 Status launch_unfused(const Plan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream,
                       const BetweenKernels& between_kernels) {
   KernelParams ar = params;
-  if (pattern == Pattern::kResidualRmsNorm) ar.allreduce_out = params.norm_out;
+  if (pattern != Pattern::kAllReduce) {
+    ar.allreduce_out = params.norm_out != nullptr ? params.norm_out : params.scratch;
+  }
   ARF_RETURN_IF_ERROR(launch_allreduce_kernel<T>(plan.inner_allreduce, plan.grid, plan.block,
                                                  Pattern::kAllReduce, ar, stream));
   if (pattern == Pattern::kAllReduce) return Status::ok();
   if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
   KernelParams epilogue = params;
-  epilogue.input = params.norm_out;
-  return launch_local_epilogue<T>(plan.grid, plan.block, pattern, epilogue, stream);
+  epilogue.input = ar.allreduce_out;
+  return launch_epilogue_kernel<T>(plan.grid, plan.block, pattern, epilogue, stream);
+}
+
+// Level 2: the fused all-reduce + residual + RMSNorm kernel writes the norm (into norm_out, or the
+// local scratch), then the quantize-only kernel reads it back.
+template <typename T>
+Status launch_level2(const Plan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream,
+                     const BetweenKernels& between_kernels) {
+  KernelParams norm = params;
+  if (norm.norm_out == nullptr) norm.norm_out = params.scratch;
+  ARF_RETURN_IF_ERROR(launch_allreduce_kernel<T>(plan.algorithm, plan.grid, plan.block,
+                                                 Pattern::kResidualRmsNorm, norm, stream));
+  if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
+  KernelParams quant = params;
+  quant.input = norm.norm_out;
+  return launch_local_epilogue<T, PatternGroup::kQuantOnly>(plan.grid, plan.block, pattern, quant, stream);
 }
 
 template <typename T>
@@ -62,6 +101,9 @@ Status launch_typed(const Plan& plan, Pattern pattern, const KernelParams& param
   if (plan.algorithm == Algorithm::kUnfused) {
     return launch_unfused<T>(plan, pattern, params, stream, between_kernels);
   }
+  if (is_quant_pattern(pattern) && params.fallback_level == 2) {
+    return launch_level2<T>(plan, pattern, params, stream, between_kernels);
+  }
   return launch_allreduce_kernel<T>(plan.algorithm, plan.grid, plan.block, pattern, params, stream);
 }
 
@@ -70,6 +112,19 @@ __global__ void fill_u16_kernel(uint16_t* ptr, int64_t count, uint16_t value) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
     ptr[i] = value;
   }
+}
+
+template <typename T>
+Status preload_typed(int world) {
+  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotLamport, PatternGroup::kPlain>(world)));
+  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotPull, PatternGroup::kPlain>(world)));
+  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kTwoshot, PatternGroup::kPlain>(world)));
+  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotLamport, PatternGroup::kQuant>(world)));
+  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotPull, PatternGroup::kQuant>(world)));
+  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kTwoshot, PatternGroup::kQuant>(world)));
+  ARF_RETURN_IF_ERROR((preload_local_epilogue<T, PatternGroup::kPlain>()));
+  ARF_RETURN_IF_ERROR((preload_local_epilogue<T, PatternGroup::kQuant>()));
+  return preload_local_epilogue<T, PatternGroup::kQuantOnly>();
 }
 
 }  // namespace
@@ -82,16 +137,6 @@ Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams
     default: return unsupported("activation dtype must be bf16 or fp16");
   }
 }
-
-namespace {
-template <typename T>
-Status preload_typed(int world) {
-  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotLamport>(world)));
-  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotPull>(world)));
-  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kTwoshot>(world)));
-  return preload_local_epilogue<T>();
-}
-}  // namespace
 
 Status preload_kernels(int world, DType dtype) {
   switch (dtype) {

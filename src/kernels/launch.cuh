@@ -1,9 +1,11 @@
-// The single runtime -> compile-time dispatch (world size, pattern, algorithm) for one dtype T.
-// Included only by the instantiate_*.cu files, one per (dtype, algorithm), so builds parallelise.
+// The single runtime -> compile-time dispatch (world size, pattern, vectors per thread, algorithm)
+// for one dtype T. Included only by the instantiate_*.cu files, one per (dtype, algorithm, pattern
+// group), so builds parallelise and no file compiles more than ~100 kernels.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <type_traits>
 #include <utility>
 
@@ -11,9 +13,11 @@
 #include "kernels/launch.h"
 #include "kernels/oneshot_lamport.cuh"
 #include "kernels/oneshot_pull.cuh"
+#include "kernels/quant_epilogue.cuh"
 #include "kernels/twoshot.cuh"
 
 namespace arf {
+
 
 // World sizes the kernels are built for; any other size never reaches here (policy feasibility).
 template <typename F>
@@ -27,13 +31,31 @@ Status with_world_size(int world, F&& f) {
   }
 }
 
-template <typename T, int kVecs, typename F>
-Status with_pattern(Pattern pattern, F&& f) {
+template <typename T, int kVecs, template <typename, int, typename> class QuantEpilogue, typename F>
+Status with_quantizer(Pattern pattern, F&& f) {
   switch (pattern) {
-    case Pattern::kAllReduce: return f(std::type_identity<AllReduceEpilogue<T, kVecs>>{});
-    case Pattern::kResidualRmsNorm: return f(std::type_identity<ResidualRmsNormEpilogue<T, kVecs>>{});
+    case Pattern::kFp8PerTensor: return f(std::type_identity<QuantEpilogue<T, kVecs, Fp8PerTensorQuant>>{});
+    case Pattern::kFp8PerToken: return f(std::type_identity<QuantEpilogue<T, kVecs, Fp8PerTokenQuant>>{});
+    case Pattern::kFp8PerGroup: return f(std::type_identity<QuantEpilogue<T, kVecs, Fp8PerGroupQuant>>{});
+    case Pattern::kNvfp4: return f(std::type_identity<QuantEpilogue<T, kVecs, Nvfp4Quant>>{});
+    case Pattern::kMxfp4: return f(std::type_identity<QuantEpilogue<T, kVecs, Mxfp4Quant>>{});
+    default: return internal_error("not a quantized pattern");
   }
-  return internal_error("unknown pattern");
+}
+
+template <typename T, int kVecs, PatternGroup kGroup, typename F>
+Status with_pattern(Pattern pattern, F&& f) {
+  if constexpr (kGroup == PatternGroup::kPlain) {
+    switch (pattern) {
+      case Pattern::kAllReduce: return f(std::type_identity<AllReduceEpilogue<T, kVecs>>{});
+      case Pattern::kResidualRmsNorm: return f(std::type_identity<ResidualRmsNormEpilogue<T, kVecs>>{});
+      default: return internal_error("not a plain pattern");
+    }
+  } else if constexpr (kGroup == PatternGroup::kQuant) {
+    return with_quantizer<T, kVecs, ResidualRmsNormQuantEpilogue>(pattern, f);
+  } else {
+    return with_quantizer<T, kVecs, QuantOnlyEpilogue>(pattern, f);
+  }
 }
 
 // Vectors per thread: 1, 2 or 4 (a row needs ceil(row_vecs / block) <= kMaxVecsPerThread). Sizing the
@@ -45,13 +67,13 @@ inline int vecs_per_thread(int row_elems, int block) {
 }
 
 // The epilogue type for (pattern, vectors per thread).
-template <typename T, typename F>
+template <typename T, PatternGroup kGroup, typename F>
 Status with_epilogue(Pattern pattern, int vecs, F&& f) {
   static_assert(kMaxVecsPerThread == 4);
   switch (vecs) {
-    case 1: return with_pattern<T, 1>(pattern, f);
-    case 2: return with_pattern<T, 2>(pattern, f);
-    default: return with_pattern<T, 4>(pattern, f);
+    case 1: return with_pattern<T, 1, kGroup>(pattern, f);
+    case 2: return with_pattern<T, 2, kGroup>(pattern, f);
+    default: return with_pattern<T, 4, kGroup>(pattern, f);
   }
 }
 
@@ -70,55 +92,65 @@ inline Status check_launch(const char* what) {
 }
 
 // One all-reduce kernel of algorithm kAlgorithm (lamport, pull or twoshot) with `pattern`'s epilogue.
-template <typename T, Algorithm kAlgorithm>
+template <typename T, Algorithm kAlgorithm, PatternGroup kGroup>
 Status launch_algorithm(int grid, int block, Pattern pattern, const KernelParams& params,
                         cudaStream_t stream) {
   const int vecs = vecs_per_thread(params.row_elems, block);
   return with_world_size(params.world, [&]<int kWorld>(std::integral_constant<int, kWorld>) {
-    return with_epilogue<T>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
+    return with_epilogue<T, kGroup>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
       kernel_for<T, kWorld, E, kAlgorithm>()<<<grid, block, 0, stream>>>(params);
       return check_launch("all-reduce kernel");
     });
   });
 }
 
-// The unfused path's epilogue kernel over params.input (already all-reduced).
-template <typename T>
+// The local epilogue kernel (no communication) over params.input.
+template <typename T, PatternGroup kGroup>
 Status launch_local_epilogue(int grid, int block, Pattern pattern, const KernelParams& params,
                              cudaStream_t stream) {
-  return with_epilogue<T>(pattern, vecs_per_thread(params.row_elems, block),
-                         [&]<typename E>(std::type_identity<E>) {
+  return with_epilogue<T, kGroup>(pattern, vecs_per_thread(params.row_elems, block),
+                                  [&]<typename E>(std::type_identity<E>) {
     local_epilogue_kernel<T, E><<<grid, block, 0, stream>>>(params);
     return check_launch("epilogue kernel");
   });
 }
 
-// Forces the module load of every kernel of algorithm kAlgorithm for `world` (see launch.h).
-template <typename T, Algorithm kAlgorithm>
+template <PatternGroup kGroup>
+constexpr auto patterns_of() {
+  if constexpr (kGroup == PatternGroup::kPlain) {
+    return std::array{Pattern::kAllReduce, Pattern::kResidualRmsNorm};
+  } else {
+    return std::array{Pattern::kFp8PerTensor, Pattern::kFp8PerToken, Pattern::kFp8PerGroup,
+                      Pattern::kNvfp4, Pattern::kMxfp4};
+  }
+}
+
+// Forces the module load of every kernel of (kAlgorithm, kGroup) for `world` (see launch.h).
+template <typename T, Algorithm kAlgorithm, PatternGroup kGroup>
 Status preload_algorithm(int world) {
   return with_world_size(world, [&]<int kWorld>(std::integral_constant<int, kWorld>) {
-    for (Pattern pattern : {Pattern::kAllReduce, Pattern::kResidualRmsNorm}) {
+    for (Pattern pattern : patterns_of<kGroup>()) {
       for (int vecs : {1, 2, 4}) {
-        ARF_RETURN_IF_ERROR(with_epilogue<T>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
+        ARF_RETURN_IF_ERROR((with_epilogue<T, kGroup>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
           cudaFuncAttributes attr;
           ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, kernel_for<T, kWorld, E, kAlgorithm>()));
           return Status::ok();
-        }));
+        })));
       }
     }
     return Status::ok();
   });
 }
 
-template <typename T>
+template <typename T, PatternGroup kGroup>
 Status preload_local_epilogue() {
-  for (Pattern pattern : {Pattern::kAllReduce, Pattern::kResidualRmsNorm}) {
+  for (Pattern pattern : patterns_of<kGroup>()) {
     for (int vecs : {1, 2, 4}) {
-      ARF_RETURN_IF_ERROR(with_epilogue<T>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
+      ARF_RETURN_IF_ERROR((with_epilogue<T, kGroup>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
         cudaFuncAttributes attr;
         ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, local_epilogue_kernel<T, E>));
         return Status::ok();
-      }));
+      })));
     }
   }
   return Status::ok();
@@ -126,8 +158,13 @@ Status preload_local_epilogue() {
 
 }  // namespace arf
 
-// Explicit instantiation of one (dtype, algorithm) pair; used once per instantiate_*.cu file.
-#define ARF_INSTANTIATE_ALGORITHM(T, ALGO)                                                     \
-  template arf::Status arf::launch_algorithm<T, ALGO>(int, int, arf::Pattern,                  \
-                                                      const arf::KernelParams&, cudaStream_t); \
-  template arf::Status arf::preload_algorithm<T, ALGO>(int);
+// Explicit instantiation of one (dtype, algorithm, group); used once per instantiate_*.cu file.
+#define ARF_INSTANTIATE_ALGORITHM(T, ALGO, GROUP)                                                 \
+  template arf::Status arf::launch_algorithm<T, ALGO, GROUP>(int, int, arf::Pattern,              \
+                                                             const arf::KernelParams&, cudaStream_t); \
+  template arf::Status arf::preload_algorithm<T, ALGO, GROUP>(int);
+
+#define ARF_INSTANTIATE_LOCAL_EPILOGUE(T, GROUP)                                                  \
+  template arf::Status arf::launch_local_epilogue<T, GROUP>(int, int, arf::Pattern,               \
+                                                            const arf::KernelParams&, cudaStream_t); \
+  template arf::Status arf::preload_local_epilogue<T, GROUP>();

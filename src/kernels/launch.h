@@ -17,6 +17,10 @@ namespace arf {
 // by the planner and the launcher so that fused and unfused kernels reduce a row identically.
 int block_threads_for_row(int row_elems);
 
+// Kernels are compiled in pattern groups so the quantized epilogues live in their own TUs;
+// kQuantOnly is fallback level 2's second kernel (local epilogue kernels only).
+enum class PatternGroup : int { kPlain = 0, kQuant = 1, kQuantOnly = 2 };
+
 // Called after each kernel of a multi-kernel plan except the last, before the next is enqueued
 // (the local transport uses it to keep ranks sharing a GPU in step, kernel by kernel).
 using BetweenKernels = std::function<Status()>;

@@ -14,6 +14,9 @@ namespace arf {
 template <int kWorld>
 __device__ __forceinline__ void lamport_clear_previous(const KernelParams& p,
                                                        const protocol::LamportState& s) {
+#if defined(ARF_NEGATIVE_CONTROL_NO_LAMPORT_CLEAR)
+  return;  // negative control only (cmake/stress.cmake): stale slots; arfusion-stress must catch it
+#endif
   const int64_t vecs_per_slot = s.clear_elems / kElemsPerVec;
   const int64_t total = vecs_per_slot * (kWorld - 1);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -92,13 +95,13 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lampo
   if constexpr (kWorld > 1) protocol::lamport_arrive(p, s);
 }
 
-// The unfused path's second kernel: the epilogue over an already all-reduced `input` (no protocol,
-// any grid). Same RowSlice and block size as the fused kernels -> bitwise the same rows.
+// The second kernel of the unfused path and of fallback levels 2 and 3: the epilogue over `input`
+// (no protocol, any grid). Same RowSlice and block size as the fused kernels -> bitwise the same
+// rows. `input` is read raw: it is already an all-reduced (canonical) sum, or, for level 2's
+// quantize-only epilogue, the norm, whose -0.0 must keep its sign as in the one-kernel level.
 template <typename T, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) local_epilogue_kernel(const KernelParams p) {
-  for_each_owned_row<Epilogue>(p, [&](const RowSlice& rs, int k) {
-    return canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
-  });
+  for_each_owned_row<Epilogue>(p, [&](const RowSlice& rs, int k) { return ld_v4(elem_ptr(p.input, rs.elem(k))); });
 }
 
 }  // namespace arf

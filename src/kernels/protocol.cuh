@@ -16,14 +16,25 @@ namespace arf::protocol {
 // Publishes everything this CTA wrote before the preceding __syncthreads() (release is cumulative
 // through bar.sync) to a peer that acquires the same word. .sys scope: the peer may be another GPU.
 __device__ __forceinline__ void st_release_sys(uint32_t* ptr, uint32_t value) {
+#if defined(ARF_NEGATIVE_CONTROL_RELAXED_FLAGS)
+  // Negative control only (cmake/stress.cmake): AITER #2890's bug, a relaxed flag store that no
+  // longer publishes the payload. arfusion-stress must detect the corruption.
+  asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
+#else
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
+#endif
 }
 
 // Pairs with st_release_sys: loads after it (and, through the following bar.sync, the CTA's loads)
 // observe the peer's data. Plain volatile would not order the payload (vLLM PR #2760, AITER #2890).
 __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t* ptr) {
   uint32_t value;
+#if defined(ARF_NEGATIVE_CONTROL_RELAXED_FLAGS)
+  // Negative control only (cmake/stress.cmake): the matching relaxed load (see st_release_sys).
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(value) : "l"(ptr) : "memory");
+#else
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(value) : "l"(ptr) : "memory");
+#endif
   return value;
 }
 

@@ -13,9 +13,13 @@
 namespace arf {
 
 // Thread t of a CTA of B threads owns vectors t, t + B, t + 2B, ... (kVecs of them at most, a
-// compile-time property of the epilogue type so register arrays are sized to the row) of the row: coalesced 16-byte accesses, and the same element->thread map in every phase of a kernel,
-// so data a thread writes in one phase is read back by the same thread in the next.
+// compile-time property of the epilogue type so register arrays are sized to the row) of the row:
+// coalesced 16-byte accesses, and the same element->thread map in every phase of a kernel, so data
+// a thread writes in one phase is read back by the same thread in the next. With B a multiple of
+// 32, the vectors k of 2^n aligned adjacent lanes are 2^n adjacent vectors of the row: quantization
+// blocks (16, 32, 128 elements) reduce with lane shuffles.
 struct RowSlice {
+  int64_t row;
   int64_t first_elem;  // row * row_elems
   int row_len;         // elements in this row (the last row of a flat all-reduce may be short)
   int row_vecs;
@@ -27,6 +31,7 @@ struct RowSlice {
 
 __device__ __forceinline__ RowSlice row_slice(const KernelParams& p, int64_t row) {
   RowSlice s;
+  s.row = row;
   s.first_elem = row * p.row_elems;
   const int64_t left = p.num_elems - s.first_elem;
   s.row_len = static_cast<int>(left < p.row_elems ? left : p.row_elems);
@@ -34,20 +39,39 @@ __device__ __forceinline__ RowSlice row_slice(const KernelParams& p, int64_t row
   return s;
 }
 
-// Sum over the CTA in a fixed order (xor butterfly in each warp, then warps 0..n-1), so the value is
-// the same on every rank and every path that uses the same block size.
-__device__ __forceinline__ float block_sum(float v) {
-  __shared__ float warp_sums[kMaxBlockThreads / 32];
+struct SumOp {
+  __device__ static float apply(float a, float b) { return a + b; }
+};
+struct MaxOp {  // for non-negative, non-NaN operands (amax partials)
+  __device__ static float apply(float a, float b) { return fmaxf(a, b); }
+};
+
+// Reduction over 2^n aligned adjacent lanes (xor butterfly; every lane gets the result). All 32
+// lanes of the warp must call it.
+template <int kLanes, typename Op>
+__device__ __forceinline__ float lanes_reduce(float v) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  __syncthreads();  // the previous row's readers are done with warp_sums
-  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = v;
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) {
+    v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// Reduction over the CTA in a fixed order (xor butterfly in each warp, then warps 0..n-1), so a
+// sum is the same on every rank and every path that uses the same block size.
+template <typename Op>
+__device__ __forceinline__ float block_reduce(float v) {
+  __shared__ float warp_partials[kMaxBlockThreads / 32];
+  v = lanes_reduce<32, Op>(v);
+  __syncthreads();  // the previous row's readers are done with warp_partials
+  if ((threadIdx.x & 31) == 0) warp_partials[threadIdx.x >> 5] = v;
   __syncthreads();
-  float total = 0.0f;
+  float total = warp_partials[0];
   const int num_warps = static_cast<int>(blockDim.x) >> 5;
-  for (int w = 0; w < num_warps; ++w) total += warp_sums[w];
+  for (int w = 1; w < num_warps; ++w) total = Op::apply(total, warp_partials[w]);
   return total;
 }
+__device__ __forceinline__ float block_sum(float v) { return block_reduce<SumOp>(v); }
 
 // Round the fp32 sums of one vector to the dtype: the standalone all-reduce's result. -0.0 is
 // canonicalised (an fp16 underflow can produce it) so every pushed or returned value is sentinel-free.
@@ -62,11 +86,17 @@ concept RowEpilogue = requires(const KernelParams& p, const RowSlice& s,
   { E::kVecs } -> std::convertible_to<int>;
   { E::prefetch(p, s) } -> std::same_as<typename E::Prefetch>;
   { E::apply(p, s, ar, pre) } -> std::same_as<void>;
+  { E::write_scale_padding(p) } -> std::same_as<void>;  // once per CTA, before the rows
+};
+
+// Epilogues without scale buffers have no padding to write.
+struct NoScalePadding {
+  __device__ static void write_scale_padding(const KernelParams&) {}
 };
 
 // out = ar.
 template <typename T, int kVecsPerThread>
-struct AllReduceEpilogue {
+struct AllReduceEpilogue : NoScalePadding {
   static constexpr int kVecs = kVecsPerThread;
   struct Prefetch {};
   __device__ static Prefetch prefetch(const KernelParams&, const RowSlice&) { return {}; }
@@ -102,7 +132,7 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
 // and gamma is pulled into L2, so their memory latency overlaps the reduction instead of following
 // it. gamma is read into registers while the row's sum of squares is being reduced.
 template <typename T, int kVecsPerThread>
-struct ResidualRmsNormEpilogue {
+struct ResidualRmsNormEpilogue : NoScalePadding {
   static constexpr int kVecs = kVecsPerThread;
   struct Prefetch {
     uint4 residual[kVecs];
@@ -125,8 +155,10 @@ struct ResidualRmsNormEpilogue {
     return pre;
   }
 
-  __device__ static void apply(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
-                               const Prefetch& pre) {
+  // Writes residual_out and returns the dtype-rounded norm of each owned vector in `normed`.
+  // Called by every thread of the CTA (it contains the row's block reduction).
+  __device__ static void normalize(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
+                                   const Prefetch& pre, uint4 (&normed)[kVecs]) {
     uint4 res[kVecs];
     float sum_sq = 0.0f;
 #pragma unroll
@@ -158,7 +190,17 @@ struct ResidualRmsNormEpilogue {
       unpack<T>(res[k], y);
 #pragma unroll
       for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], scale), g[k][i]);
-      st_v4(elem_ptr(p.norm_out, s.elem(k)), pack<T>(y));
+      normed[k] = pack<T>(y);
+    }
+  }
+
+  __device__ static void apply(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
+                               const Prefetch& pre) {
+    uint4 normed[kVecs];
+    normalize(p, s, ar, pre, normed);
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (s.owns(k)) st_v4(elem_ptr(p.norm_out, s.elem(k)), normed[k]);
     }
   }
 };
@@ -168,6 +210,7 @@ struct ResidualRmsNormEpilogue {
 // may wait for peers), then apply the epilogue.
 template <typename Epilogue, typename ValueFn>
 __device__ __forceinline__ void for_each_owned_row(const KernelParams& p, ValueFn value) {
+  Epilogue::write_scale_padding(p);
   for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
     const RowSlice rs = row_slice(p, row);
     const typename Epilogue::Prefetch pre = Epilogue::prefetch(p, rs);

@@ -1,0 +1,247 @@
+// Quantized epilogues (issue 3): residual add + RMSNorm, then quantization of the dtype-ROUNDED norm
+// value (the unfused contract) in the same kernel, and the quantize-only epilogue of fallback
+// level 2. The encodings and layouts are the host+device code of quant_formats.h / quant_layout.h,
+// the very functions the CPU reference (src/reference/quant_reference.cc) calls, so a kernel fed
+// the same norm bits writes the same bytes.
+//
+// Each quantizer reduces |x| over its block with lane shuffles: thread t owns vectors t + kB of a
+// row (RowSlice), B is a multiple of 32, so a block of 16 vectors (FP8 1x128 group), 4 (MXFP4, 32
+// elements) or 2 (NVFP4, 16 elements) sits on that many aligned adjacent lanes. Shuffles run on all
+// lanes; lanes that own no vector contribute 0 and store nothing.
+#pragma once
+
+#include "arfusion/arfusion.h"
+#include "kernels/quant_formats.h"
+#include "kernels/quant_layout.h"
+#include "kernels/row_epilogue.cuh"
+
+namespace arf {
+
+// ---- stores ----------------------------------------------------------------------------------
+
+__device__ __forceinline__ void store_fp8x8(void* base, int64_t elem, const uint8_t (&c)[8]) {
+  uint2 v;
+  v.x = c[0] | (c[1] << 8) | (c[2] << 16) | (static_cast<uint32_t>(c[3]) << 24);
+  v.y = c[4] | (c[5] << 8) | (c[6] << 16) | (static_cast<uint32_t>(c[7]) << 24);
+  *reinterpret_cast<uint2*>(static_cast<char*>(base) + elem) = v;
+}
+
+__device__ __forceinline__ void store_fp4x8(void* base, int64_t elem, const uint8_t (&c)[8]) {
+  uint32_t v = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(quant::pack_fp4_pair(c[2 * i], c[2 * i + 1])) << (8 * i);
+  *reinterpret_cast<uint32_t*>(static_cast<char*>(base) + elem / 2) = v;
+}
+
+__device__ __forceinline__ quant::ScaleLayout scale_layout(const KernelParams& p) {
+  return static_cast<quant::ScaleLayout>(p.scale_layout);
+}
+
+// Writes one scale (fp32 value or byte code) at (row, col) of the caller's layout.
+__device__ __forceinline__ void store_scale(const KernelParams& p, quant::ScaleStorage storage,
+                                            int64_t row, int64_t col, int64_t cols, float value,
+                                            uint8_t code) {
+  const int64_t off = quant::scale_byte_offset(scale_layout(p), storage, row, col, p.num_rows, cols);
+  char* base = static_cast<char*>(p.scale_out) + off;
+  if (storage == quant::ScaleStorage::kFp32) {
+    *reinterpret_cast<float*>(base) = value;
+  } else {
+    *reinterpret_cast<uint8_t*>(base) = code;
+  }
+}
+
+// Zeroes every padding position of the scale buffer (rows >= T, columns >= cols of the padded
+// grid), spread over the whole grid: consumers read whole tiles, and tests poison the buffer.
+__device__ __forceinline__ void zero_scale_padding(const KernelParams& p, quant::ScaleStorage storage,
+                                                   int64_t cols) {
+  const quant::ScaleLayout layout = scale_layout(p);
+  const int64_t rows = quant::scale_padded_tokens(layout, p.num_rows);
+  const int64_t padded_cols = quant::scale_padded_cols(layout, storage, cols);
+  const int64_t total = rows * padded_cols;
+  if (total == p.num_rows * cols) return;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t t = i / padded_cols, c = i % padded_cols;
+    if (t < p.num_rows && c < cols) continue;
+    store_scale(p, storage, t, c, cols, 0.0f, 0);
+  }
+}
+
+// The rounded norm of the thread's vectors, kept packed (4 registers a vector instead of 8) and
+// unpacked where used: the 64-register budget of a 512-thread CTA is tight.
+template <int kVecs>
+using RowValues = uint4[kVecs];
+
+// amax over this thread's 8 elements of vector k (0 when not owned), NaN ignored (quant_formats.h).
+template <typename T, int kVecs>
+__device__ __forceinline__ float vec_amax(const RowSlice& s, const RowValues<kVecs>& v, int k) {
+  float a = 0.0f;
+  if (s.owns(k)) {
+    float y[8];
+    unpack<T>(v[k], y);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) a = quant::abs_max(a, y[i]);
+  }
+  return a;
+}
+
+// e4m3 codes of vector k, each element divided by `scale` (quant_formats.h quantize_e4m3).
+template <typename T>
+__device__ __forceinline__ void fp8_codes(const uint4& v, float scale, uint8_t (&c)[8]) {
+  float y[8];
+  unpack<T>(v, y);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) c[i] = quant::quantize_e4m3(y[i], scale);
+}
+
+// ---- quantizers: quantize<T>(p, s, v) with v the rounded norm vectors of the thread --------------
+
+struct Fp8PerTensorQuant {
+  __device__ static void write_scale_padding(const KernelParams&) {}
+  template <typename T, int kVecs>
+  __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v) {
+    const float scale = *p.scale_in;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (!s.owns(k)) continue;
+      uint8_t c[8];
+      fp8_codes<T>(v[k], scale, c);
+      store_fp8x8(p.quant_out, s.elem(k), c);
+    }
+  }
+};
+
+struct Fp8PerTokenQuant {
+  __device__ static void write_scale_padding(const KernelParams&) {}
+  template <typename T, int kVecs>
+  __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) amax = fmaxf(amax, vec_amax<T, kVecs>(s, v, k));
+    const float scale = quant::fp8_dynamic_scale(block_reduce<MaxOp>(amax));
+    if (threadIdx.x == 0) static_cast<float*>(p.scale_out)[s.row] = scale;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (!s.owns(k)) continue;
+      uint8_t c[8];
+      fp8_codes<T>(v[k], scale, c);
+      store_fp8x8(p.quant_out, s.elem(k), c);
+    }
+  }
+};
+
+// One scale per 1x128 group (16 vectors on 16 lanes): fp32 amax/448, or rounded up to a power of
+// two (UE8M0) stored as fp32 or as packed bytes.
+struct Fp8PerGroupQuant {
+  static constexpr int kGroupVecs = quant::kFp8GroupElems / kElemsPerVec;
+  __device__ static quant::ScaleStorage storage(const KernelParams& p) {
+    return p.scale_format == arfScaleUe8m0Packed ? quant::ScaleStorage::kByte : quant::ScaleStorage::kFp32;
+  }
+  __device__ static void write_scale_padding(const KernelParams& p) {
+    zero_scale_padding(p, storage(p), p.row_elems / quant::kFp8GroupElems);
+  }
+  template <typename T, int kVecs>
+  __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v) {
+    const int64_t cols = p.row_elems / quant::kFp8GroupElems;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const float amax = lanes_reduce<kGroupVecs, MaxOp>(vec_amax<T, kVecs>(s, v, k));
+      if (!s.owns(k)) continue;
+      float scale;
+      uint8_t code = 0;
+      if (p.scale_format == arfScaleFp32) {
+        scale = quant::fp8_dynamic_scale(amax);
+      } else {
+        code = quant::fp8_dynamic_scale_ue8m0(amax);
+        scale = quant::decode_ue8m0(code);
+      }
+      uint8_t c[8];
+      fp8_codes<T>(v[k], scale, c);
+      store_fp8x8(p.quant_out, s.elem(k), c);
+      if (s.vec(k) % kGroupVecs == 0) store_scale(p, storage(p), s.row, s.vec(k) / kGroupVecs, cols, scale, code);
+    }
+  }
+};
+
+// FP4 with one byte scale per block of kBlockVecs vectors: NVFP4 (e4m3 per 16 elements, global
+// scale) or MXFP4 (UE8M0 per 32).
+template <bool kNvfp4>
+struct Fp4Quant {
+  static constexpr int kBlockElems = kNvfp4 ? quant::kNvfp4BlockElems : quant::kMxfp4BlockElems;
+  static constexpr int kBlockVecs = kBlockElems / kElemsPerVec;
+  __device__ static void write_scale_padding(const KernelParams& p) {
+    zero_scale_padding(p, quant::ScaleStorage::kByte, p.row_elems / kBlockElems);
+  }
+  template <typename T, int kVecs>
+  __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v) {
+    const int64_t cols = p.row_elems / kBlockElems;
+    const float global_scale = kNvfp4 ? *p.scale_in : 0.0f;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const float amax = lanes_reduce<kBlockVecs, MaxOp>(vec_amax<T, kVecs>(s, v, k));
+      if (!s.owns(k)) continue;
+      uint8_t code;
+      float mult;
+      if constexpr (kNvfp4) {
+        const quant::Nvfp4BlockScale bs = quant::nvfp4_block_scale(amax, global_scale);
+        code = bs.sf;
+        mult = bs.mult;
+      } else {
+        code = quant::mxfp4_scale_code(amax);
+        mult = quant::ue8m0_reciprocal(code);
+      }
+      float y[8];
+      unpack<T>(v[k], y);
+      uint8_t c[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) c[i] = quant::quantize_e2m1(y[i], mult);
+      store_fp4x8(p.quant_out, s.elem(k), c);
+      if (s.vec(k) % kBlockVecs == 0) {
+        store_scale(p, quant::ScaleStorage::kByte, s.row, s.vec(k) / kBlockVecs, cols, 0.0f, code);
+      }
+    }
+  }
+};
+using Nvfp4Quant = Fp4Quant<true>;
+using Mxfp4Quant = Fp4Quant<false>;
+
+// ---- epilogues ---------------------------------------------------------------------------------
+
+// Level 1 (and the second kernel of level 3): residual + RMSNorm + quantization; norm_out, when the
+// caller passes one, is the dtype side output.
+template <typename T, int kVecsPerThread, typename Quant>
+struct ResidualRmsNormQuantEpilogue {
+  using Norm = ResidualRmsNormEpilogue<T, kVecsPerThread>;
+  static constexpr int kVecs = kVecsPerThread;
+  using Prefetch = typename Norm::Prefetch;
+  __device__ static Prefetch prefetch(const KernelParams& p, const RowSlice& s) { return Norm::prefetch(p, s); }
+  __device__ static void write_scale_padding(const KernelParams& p) { Quant::write_scale_padding(p); }
+  __device__ static void apply(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
+                               const Prefetch& pre) {
+    uint4 normed[kVecs];
+    Norm::normalize(p, s, ar, pre, normed);
+    if (p.norm_out != nullptr) {
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        if (s.owns(k)) st_v4(elem_ptr(p.norm_out, s.elem(k)), normed[k]);
+      }
+    }
+    Quant::template quantize<T, kVecs>(p, s, normed);
+  }
+};
+
+// Level 2's second kernel: quantizes rows that already hold the rounded norm (read as `ar`, raw:
+// the local epilogue kernel does not canonicalise, so -0.0 keeps its sign as in level 1).
+template <typename T, int kVecsPerThread, typename Quant>
+struct QuantOnlyEpilogue {
+  static constexpr int kVecs = kVecsPerThread;
+  struct Prefetch {};
+  __device__ static Prefetch prefetch(const KernelParams&, const RowSlice&) { return {}; }
+  __device__ static void write_scale_padding(const KernelParams& p) { Quant::write_scale_padding(p); }
+  __device__ static void apply(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
+                               const Prefetch&) {
+    Quant::template quantize<T, kVecs>(p, s, ar);
+  }
+};
+
+}  // namespace arf
