@@ -100,9 +100,19 @@ typedef enum arfScaleFormat_t {
   arfScaleUe8m0Packed = 2  /* rounded up to a power of two, UE8M0 bytes packed 4 per word along K */
 } arfScaleFormat_t;
 
-/* The fallback chain (seed 002): 1 kernel (all-reduce + norm + quant), 2 kernels (fused all-reduce
- * + norm, then a quant kernel), 3 kernels' worth (all-reduce kernel, then norm + quant). Auto takes
- * the first level eligible for the shape; a forced level that is not eligible is arfUnsupported. */
+/* The fallback chain (seed 002) of the quantized patterns: 1 kernel (all-reduce + norm + quant),
+ * 2 kernels (fused all-reduce + norm, then a quant kernel), 3 kernels' worth (all-reduce kernel,
+ * then norm + quant). The level and the algorithm combine as follows (arfPlan reports both):
+ *  - auto: level 1 with the chosen or forced fused algorithm (level 1 is eligible whenever a fused
+ *    algorithm can run the shape); algorithm arfAlgoUnfused means level 3.
+ *  - level 1 or 2: with algorithm auto or a forced fused algorithm; with arfAlgoUnfused it is
+ *    arfUnsupported.
+ *  - level 3: runs arfAlgoUnfused; a forced fused algorithm becomes its inner all-reduce
+ *    (arfPlan_t.inner_allreduce), auto picks the inner one as for a plain all-reduce.
+ * Patterns allreduce and residual_rmsnorm take arfFallbackAuto only (anything else is
+ * arfInvalidArgument; residual_rmsnorm's two-kernel form is algorithm arfAlgoUnfused) and report
+ * fallback_level 1. Values outside the enum are arfInvalidArgument. Like the algorithm, the level is
+ * decided from the shape and static facts only, identically on every rank. */
 typedef enum arfFallbackLevel_t {
   arfFallbackAuto = 0,
   arfFallbackOneKernel = 1,

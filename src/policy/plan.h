@@ -24,6 +24,9 @@ struct StaticFacts {
 struct CallShape {
   Pattern pattern = Pattern::kResidualRmsNorm;
   Algorithm requested = Algorithm::kAuto;
+  // arfFallbackLevel_t the caller asked for: 0 = auto, else the forced level 1..3. Only quantized
+  // patterns take a non-auto level (the rule is in arfusion.h, beside arfFallbackLevel_t).
+  int requested_fallback = 0;
   DType dtype = DType::kBf16;
   int64_t num_elems = 0;  // per rank
   int row_elems = 0;      // hidden (allreduce of a flat count: the chosen row width)
@@ -37,6 +40,10 @@ struct Plan {
   int grid = 1;    // CTAs, identical on every rank
   int block = 32;  // threads per CTA
   bool forced = false;
+  // Quantized patterns: 1 = one kernel (all-reduce + norm + quant, algorithm fused); 2 = the fused
+  // algorithm writes the norm, then a quant kernel; 3 = algorithm kUnfused: the inner all-reduce
+  // kernel, then norm + quant. Other patterns: always 1 (their unfused split is algorithm kUnfused).
+  int fallback_level = 1;
   std::string reason;
 };
 

@@ -207,7 +207,61 @@ bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const Stati
   }
 }
 
+namespace {
+
+const char* level_name(int level) {
+  switch (level) {
+    case 1: return "1 (one kernel)";
+    case 2: return "2 (fused all-reduce + norm, then quant)";
+    case 3: return "3 (all-reduce, then norm + quant)";
+  }
+  return "auto";
+}
+
+// The fallback rule of arfusion.h (beside arfFallbackLevel_t): which requests are well formed and
+// runnable, before any algorithm is considered. validate.cc rejects the malformed ones earlier with
+// InvalidArgument; the policy re-checks so that make_plan is safe on its own.
+Status check_fallback_request(const CallShape& shape) {
+  const int level = shape.requested_fallback;
+  if (level < 0 || level > 3) {
+    return invalid_argument("fallback level " + std::to_string(level) +
+                            " is not a valid arfFallbackLevel_t");
+  }
+  if (!is_quant_pattern(shape.pattern)) {
+    if (level != 0) {
+      return invalid_argument("fallback level " + std::to_string(level) +
+                              " applies to quantized patterns only (use algorithm unfused to run "
+                              "residual_rmsnorm as two kernels)");
+    }
+    return Status::ok();
+  }
+  if (shape.requested == Algorithm::kUnfused && (level == 1 || level == 2)) {
+    return unsupported(std::string("fallback level ") + level_name(level) +
+                       " needs a fused algorithm; algorithm unfused is level 3");
+  }
+  return Status::ok();
+}
+
+// Applies the fallback level of a quantized call to a plan whose algorithm is chosen (a fused one,
+// or kUnfused when the caller forced it). Auto takes level 1, always eligible once a fused
+// algorithm is feasible; level 3 runs the chosen fused algorithm as the inner all-reduce.
+void apply_quant_level(const CallShape& shape, Plan* plan) {
+  int level = shape.requested_fallback;
+  if (level == 0) level = plan->algorithm == Algorithm::kUnfused ? 3 : 1;
+  plan->fallback_level = level;
+  plan->num_kernels = level == 1 ? 1 : 2;
+  plan->reason += std::string("; level ") + level_name(level);
+  if (level == 3 && plan->algorithm != Algorithm::kUnfused) {
+    plan->inner_allreduce = plan->algorithm;
+    plan->algorithm = Algorithm::kUnfused;
+    plan->reason += std::string(": unfused, inner ") + algorithm_name(plan->inner_allreduce);
+  }
+}
+
+}  // namespace
+
 Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts) {
+  ARF_RETURN_IF_ERROR(check_fallback_request(shape));
   Plan plan;
   if (shape.requested == Algorithm::kAuto) {
     Result<Plan> chosen = choose_auto(shape, facts);
@@ -225,6 +279,7 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts) {
   }
   plan.inner_allreduce = plan.algorithm;
   plan.num_kernels = 1;
+  plan.fallback_level = 1;
   if (plan.algorithm == Algorithm::kUnfused) {
     CallShape inner = shape;
     inner.pattern = Pattern::kAllReduce;
@@ -233,9 +288,10 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts) {
     if (!inner_plan.is_ok()) return inner_plan.status();  // excluded by algorithm_feasible
     plan.inner_allreduce = inner_plan.value().algorithm;
     // A plain all-reduce has no epilogue, so there is no second kernel to run.
-    plan.num_kernels = shape.pattern == Pattern::kResidualRmsNorm ? 2 : 1;
+    plan.num_kernels = shape.pattern == Pattern::kAllReduce ? 1 : 2;
     plan.reason += std::string(" (inner ") + algorithm_name(plan.inner_allreduce) + ")";
   }
+  if (is_quant_pattern(shape.pattern)) apply_quant_level(shape, &plan);
   // One CTA per row at most; every rank derives the same numbers from the same inputs.
   const int64_t rows = std::max<int64_t>(shape.num_rows, 1);
   plan.grid = static_cast<int>(std::min<int64_t>(rows, co_resident_grid_cap(facts)));

@@ -17,6 +17,11 @@ bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const Stati
                         std::string* why);
 
 // The plan for a validated call. A forced algorithm that is not feasible -> arfUnsupported.
+// Quantized patterns also get a fallback level (Plan::fallback_level): auto -> 1 with a fused
+// algorithm, 3 with algorithm unfused; a forced level 2 keeps the fused algorithm and adds the
+// quant kernel; a forced level 3 turns a chosen or forced fused algorithm into the inner all-reduce
+// of kUnfused; a forced level 1 or 2 with algorithm unfused -> arfUnsupported. Any non-auto level
+// on a non-quantized pattern, or one outside 0..3 -> arfInvalidArgument.
 Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts);
 
 }  // namespace arf
