@@ -1,5 +1,6 @@
 // The C API of arfusion.h: argument null-checks, Status -> arfStatus_t plus the thread-local
 // last-error string, and the names tables. Nothing here throws (nor does anything it calls).
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -9,6 +10,7 @@
 
 #include "arfusion/arfusion.h"
 #include "core/communicator.h"
+#include "core/quant_rules.h"
 #include "core/status.h"
 #include "transport/local.h"
 
@@ -155,13 +157,18 @@ void arfFusedArgsInit(arfFusedArgs_t* args) {
   args->gamma_dtype = arfBFloat16;
   args->gamma_plus_one = 0;
   args->eps = 1e-6f;
+  // Quantization fields: pointers NULL (memset), and the defaults spelled out.
+  args->scale_layout = arfScaleRowMajor;
+  args->scale_format = arfScaleFp32;
+  args->fallback = arfFallbackAuto;
 }
 
 arfStatus_t arfPlan(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan) {
   ARF_API_REQUIRE(comm);
   ARF_API_REQUIRE(args);
   ARF_API_REQUIRE(plan);
-  arf::Result<arf::Plan> p = comm->impl->plan(*args);
+  // A version-1 caller's struct is shorter: read no further than its struct_size says.
+  arf::Result<arf::Plan> p = comm->impl->plan(arf::upgrade_fused_args(args));
   if (!p.is_ok()) return report(p.status());
   const arf::Plan& v = p.value();
   plan->algorithm = static_cast<arfAlgorithm_t>(v.algorithm);
@@ -170,6 +177,7 @@ arfStatus_t arfPlan(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan)
   plan->grid = v.grid;
   plan->block = v.block;
   plan->forced = v.forced ? 1 : 0;
+  plan->fallback_level = v.fallback_level;
   std::snprintf(plan->reason, sizeof(plan->reason), "%s", v.reason.c_str());
   return arfSuccess;
 }
@@ -177,13 +185,25 @@ arfStatus_t arfPlan(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan)
 arfStatus_t arfFusedAllReduce(arfComm_t comm, const arfFusedArgs_t* args, cudaStream_t stream) {
   ARF_API_REQUIRE(comm);
   ARF_API_REQUIRE(args);
-  return report(comm->impl->fused_allreduce(*args, stream));
+  return report(comm->impl->fused_allreduce(arf::upgrade_fused_args(args), stream));
 }
 
 arfStatus_t arfAllReduce(arfComm_t comm, const void* in, void* out, size_t count,
                          arfDataType_t dtype, cudaStream_t stream) {
   ARF_API_REQUIRE(comm);
   return report(comm->impl->allreduce(in, out, count, dtype, stream));
+}
+
+size_t arfScaleBufferBytes(arfPattern_t pattern, arfScaleLayout_t layout, arfScaleFormat_t format,
+                           size_t num_tokens, size_t hidden) {
+  if (static_cast<int>(pattern) < arfPatternAllReduce ||
+      static_cast<int>(pattern) > arfPatternResidualRmsNormMxfp4 || num_tokens > INT64_MAX ||
+      hidden > INT64_MAX) {
+    return 0;
+  }
+  return static_cast<size_t>(arf::quant_scale_buffer_bytes(
+      static_cast<arf::Pattern>(pattern), layout, format, static_cast<int64_t>(num_tokens),
+      static_cast<int64_t>(hidden)));
 }
 
 const char* arfGetStatusString(arfStatus_t status) {
@@ -232,6 +252,11 @@ const char* arfPatternName(arfPattern_t pattern) {
   switch (pattern) {
     case arfPatternAllReduce: return "allreduce";
     case arfPatternResidualRmsNorm: return "residual_rmsnorm";
+    case arfPatternResidualRmsNormFp8PerTensor: return "residual_rmsnorm_fp8_per_tensor";
+    case arfPatternResidualRmsNormFp8PerToken: return "residual_rmsnorm_fp8_per_token";
+    case arfPatternResidualRmsNormFp8PerGroup: return "residual_rmsnorm_fp8_per_group";
+    case arfPatternResidualRmsNormNvfp4: return "residual_rmsnorm_nvfp4";
+    case arfPatternResidualRmsNormMxfp4: return "residual_rmsnorm_mxfp4";
   }
   return "unknown";
 }

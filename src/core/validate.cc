@@ -9,15 +9,40 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/quant_rules.h"
 #include "kernels/kernel_params.h"
 
 namespace arf {
 namespace {
 
 constexpr uintptr_t kAlignBytes = 16;
+
+// arfFusedArgs_t as API version 1 declared it. Version-1 callers pass structs of this size;
+// kFusedArgsV1Bytes must stay equal to it, or they would be refused (or misread).
+struct FusedArgsV1 {
+  size_t struct_size;
+  unsigned version;
+  arfPattern_t pattern;
+  arfAlgorithm_t algorithm;
+  arfDataType_t dtype;
+  size_t num_tokens;
+  size_t hidden;
+  const void* input;
+  void* allreduce_out;
+  const void* residual_in;
+  void* residual_out;
+  void* norm_out;
+  const void* gamma;
+  arfDataType_t gamma_dtype;
+  int gamma_plus_one;
+  float eps;
+};
+static_assert(sizeof(FusedArgsV1) == kFusedArgsV1Bytes,
+              "version-1 arfFusedArgs_t layout changed: version-1 callers would break");
 
 const char* dtype_name(int dtype) {
   switch (dtype) {
@@ -40,6 +65,7 @@ struct Range {
   const void* ptr;
   uint64_t bytes;
   bool is_output;
+  uintptr_t align = kAlignBytes;  // 16: the kernels move 16-byte vectors; 4 for a fp32 scalar
 };
 
 std::string describe(const Range& r) {
@@ -64,9 +90,11 @@ Status check_pointers(const std::vector<Range>& ranges, const char* pattern) {
     if (r.ptr == nullptr) {
       return invalid_argument(std::string(r.name) + " is NULL (required by pattern " + pattern + ")");
     }
-    if (reinterpret_cast<uintptr_t>(r.ptr) % kAlignBytes != 0) {
-      return invalid_argument(std::string(r.name) + " " + hex(r.ptr) +
-                              " is not 16-byte aligned (the kernels move 16-byte vectors)");
+    if (reinterpret_cast<uintptr_t>(r.ptr) % r.align != 0) {
+      return invalid_argument(std::string(r.name) + " " + hex(r.ptr) + " is not " +
+                              std::to_string(r.align) + "-byte aligned" +
+                              (r.align == kAlignBytes ? " (the kernels move 16-byte vectors)"
+                                                      : " (an fp32 scalar)"));
     }
   }
   return Status::ok();
@@ -99,19 +127,35 @@ Status check_devices(const std::vector<Range>& ranges, int device, const Pointer
 }
 
 Status check_header(const arfFusedArgs_t& a, const StaticFacts& facts) {
-  if (a.struct_size != sizeof(arfFusedArgs_t)) {
+  if (a.struct_size != sizeof(arfFusedArgs_t) && a.struct_size != kFusedArgsV1Bytes) {
     return invalid_argument("args->struct_size is " + std::to_string(a.struct_size) + ", expected " +
-                            std::to_string(sizeof(arfFusedArgs_t)) +
-                            " (initialise args with arfFusedArgsInit)");
+                            std::to_string(sizeof(arfFusedArgs_t)) + " (or " +
+                            std::to_string(kFusedArgsV1Bytes) +
+                            " for API version 1; initialise args with arfFusedArgsInit)");
   }
   if (a.version < 1 || a.version > ARF_API_VERSION) {
     return invalid_argument("args->version is " + std::to_string(a.version) +
                             ", this library supports API version " +
                             std::to_string(ARF_API_VERSION));
   }
-  if (a.pattern != arfPatternAllReduce && a.pattern != arfPatternResidualRmsNorm) {
+  // The size says which fields exist, the version which header declared them: a mismatch means a
+  // hand-built struct whose fields may not be where the caller thinks.
+  const unsigned size_version = a.struct_size == kFusedArgsV1Bytes ? 1 : ARF_API_VERSION;
+  if (a.version != size_version) {
+    return invalid_argument("args->version " + std::to_string(a.version) + " does not match " +
+                            "args->struct_size " + std::to_string(a.struct_size) +
+                            " (a version " + std::to_string(size_version) + " struct)");
+  }
+  if (static_cast<int>(a.pattern) < arfPatternAllReduce ||
+      static_cast<int>(a.pattern) > arfPatternResidualRmsNormMxfp4) {
     return invalid_argument("args->pattern " + std::to_string(static_cast<int>(a.pattern)) +
                             " is not a valid arfPattern_t");
+  }
+  if (a.version < 2 && is_quant_pattern(static_cast<Pattern>(a.pattern))) {
+    return invalid_argument(std::string("pattern ") + arfPatternName(a.pattern) +
+                            " needs the quantization fields of API version 2, but args is a "
+                            "version 1 struct (" + std::to_string(a.struct_size) +
+                            " bytes); rebuild against this arfusion.h and use arfFusedArgsInit");
   }
   if (static_cast<int>(a.algorithm) < arfAlgoAuto || static_cast<int>(a.algorithm) > arfAlgoNccl) {
     return invalid_argument("args->algorithm " + std::to_string(static_cast<int>(a.algorithm)) +
@@ -145,6 +189,51 @@ Status check_shape(const arfFusedArgs_t& a, const StaticFacts& facts) {
                             std::to_string(facts.max_tokens));
   }
   return Status::ok();
+}
+
+// Shape-level rules of the quantized patterns and of the fallback level: checked even for an
+// empty call, so that arfPlan and the call agree on what is legal whatever num_tokens is.
+Status check_quant_shape(const arfFusedArgs_t& a) {
+  const Pattern pattern = static_cast<Pattern>(a.pattern);
+  const int fallback = static_cast<int>(a.fallback);
+  if (fallback < arfFallbackAuto || fallback > arfFallbackThreeKernels) {
+    return invalid_argument("args->fallback " + std::to_string(fallback) +
+                            " is not a valid arfFallbackLevel_t");
+  }
+  if (!is_quant_pattern(pattern)) {
+    if (fallback != arfFallbackAuto) {
+      return invalid_argument("args->fallback " + std::to_string(fallback) +
+                              " applies to quantized patterns only; pattern " +
+                              arfPatternName(a.pattern) +
+                              " takes arfFallbackAuto (algorithm unfused splits residual_rmsnorm)");
+    }
+    return Status::ok();
+  }
+  if (std::string e = quant_hidden_error(pattern, static_cast<int64_t>(a.hidden)); !e.empty()) {
+    return invalid_argument(e);
+  }
+  if (std::string e = quant_scale_error(pattern, a.scale_layout, a.scale_format); !e.empty()) {
+    return invalid_argument(e);
+  }
+  return Status::ok();
+}
+
+// The tensors of a quantized pattern beyond residual_rmsnorm's: quant_out always, scale_out when
+// it writes scales (its padded extent: consumers read whole tiles), scale_in when it reads one.
+void add_quant_ranges(const arfFusedArgs_t& a, std::vector<Range>* ranges) {
+  const Pattern pattern = static_cast<Pattern>(a.pattern);
+  const int64_t tokens = static_cast<int64_t>(a.num_tokens), hidden = static_cast<int64_t>(a.hidden);
+  ranges->push_back(
+      {"quant_out", a.quant_out, static_cast<uint64_t>(quant_out_bytes(pattern, tokens, hidden)),
+       true});
+  if (quant_writes_scales(pattern)) {
+    const int64_t bytes =
+        quant_scale_buffer_bytes(pattern, a.scale_layout, a.scale_format, tokens, hidden);
+    ranges->push_back({"scale_out", a.scale_out, static_cast<uint64_t>(bytes), true});
+  }
+  if (quant_reads_scale_in(pattern)) {
+    ranges->push_back({"scale_in", a.scale_in, sizeof(float), false, alignof(float)});
+  }
 }
 
 Status check_epilogue(const arfFusedArgs_t& a) {
@@ -194,10 +283,23 @@ PointerCheck cuda_pointer_check() {
   };
 }
 
-Status validate(const arfFusedArgs_t& a, const StaticFacts& facts, int device,
+arfFusedArgs_t upgrade_fused_args(const arfFusedArgs_t* args) {
+  arfFusedArgs_t out;
+  std::memset(&out, 0, sizeof(out));
+  out.struct_size = args->struct_size;
+  out.version = args->version;
+  if (args->struct_size == kFusedArgsV1Bytes || args->struct_size == sizeof(arfFusedArgs_t)) {
+    std::memcpy(&out, args, args->struct_size);
+  }
+  return out;
+}
+
+Status validate(const arfFusedArgs_t& args, const StaticFacts& facts, int device,
                 const PointerCheck& check) {
+  const arfFusedArgs_t a = upgrade_fused_args(&args);
   ARF_RETURN_IF_ERROR(check_header(a, facts));
   ARF_RETURN_IF_ERROR(check_shape(a, facts));
+  ARF_RETURN_IF_ERROR(check_quant_shape(a));
   if (a.num_tokens == 0) return Status::ok();
 
   const uint64_t tensor_bytes = static_cast<uint64_t>(a.num_tokens) * a.hidden * 2;
@@ -207,14 +309,19 @@ Status validate(const arfFusedArgs_t& a, const StaticFacts& facts, int device,
     ranges = {{"input", a.input, tensor_bytes, false},
               {"allreduce_out", a.allreduce_out, tensor_bytes, true}};
   } else {
-    pattern = "residual_rmsnorm";
+    pattern = arfPatternName(a.pattern);
     ARF_RETURN_IF_ERROR(check_epilogue(a));
     const uint64_t gamma_bytes = a.hidden * (a.gamma_dtype == arfFloat32 ? 4 : 2);
     ranges = {{"input", a.input, tensor_bytes, false},
               {"residual_in", a.residual_in, tensor_bytes, false},
               {"gamma", a.gamma, gamma_bytes, false},
-              {"residual_out", a.residual_out, tensor_bytes, true},
-              {"norm_out", a.norm_out, tensor_bytes, true}};
+              {"residual_out", a.residual_out, tensor_bytes, true}};
+    // norm_out is the quantized patterns' optional side output: NULL means "not wanted".
+    const bool quant = is_quant_pattern(static_cast<Pattern>(a.pattern));
+    if (!quant || a.norm_out != nullptr) {
+      ranges.push_back({"norm_out", a.norm_out, tensor_bytes, true});
+    }
+    if (quant) add_quant_ranges(a, &ranges);
   }
   ARF_RETURN_IF_ERROR(check_pointers(ranges, pattern));
   ARF_RETURN_IF_ERROR(check_aliasing(ranges));

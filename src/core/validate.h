@@ -22,13 +22,31 @@ using PointerCheck = std::function<Status(const void* ptr, const char* name, int
 // Clears the CUDA last-error state it may leave behind. Thread-safe, graph-capture safe.
 PointerCheck cuda_pointer_check();
 
+// sizeof(arfFusedArgs_t) as API version 1 callers were built with: everything up to `eps`.
+inline constexpr size_t kFusedArgsV1Bytes = offsetof(arfFusedArgs_t, quant_out);
+
+// The caller's struct as a full current-version struct: copies struct_size bytes when struct_size
+// is a size this library knows (version 1's or the current one), so fields a version-1 caller's
+// struct does not have read as zero (null pointers, row-major, fp32, fallback auto). For any other
+// struct_size only struct_size and version are copied, which validate() then rejects. Reads no
+// byte beyond what struct_size claims (past the header), so a version-1 struct in a version-1-sized
+// allocation is safe. Idempotent.
+arfFusedArgs_t upgrade_fused_args(const arfFusedArgs_t* args);
+
 // Validates one arfFusedAllReduce / arfPlan call against the communicator's facts (world, dtype,
-// capacity). Checks, in order: struct_size/version; pattern, algorithm and dtype ranges; dtype ==
-// communicator dtype; hidden (multiple of 8, 8..max_hidden); num_tokens <= max_tokens. A call with
-// num_tokens == 0 is a valid no-op and stops here (its pointers are not inspected). Then, per
-// pattern: required pointers non-null and 16-byte aligned; gamma dtype; eps; aliasing (only
-// allreduce_out == input, residual_out == residual_in and norm_out == input, exactly); finally
-// `check` on every pointer used. Pure apart from `check`.
+// capacity). Checks, in order: struct_size/version (version 1 with its size, or the current
+// version with the current size; a version-1 struct cannot ask for a quantized pattern); pattern,
+// algorithm and dtype ranges; dtype == communicator dtype; hidden (multiple of 8, 8..max_hidden,
+// and the quantized pattern's block: quant_rules.h); num_tokens <= max_tokens; the fallback level
+// (0..3; non-auto only for quantized patterns); scale_layout / scale_format for the pattern. A call
+// with num_tokens == 0 is a valid no-op and stops here (its pointers are not inspected). Then, per
+// pattern: required pointers non-null and aligned (16 bytes; scale_in 4); gamma dtype; eps;
+// aliasing (only allreduce_out == input, residual_out == residual_in and norm_out == input,
+// exactly; quant_out and scale_out overlap nothing, over quant_out_bytes and
+// quant_scale_buffer_bytes); finally `check` on every pointer used. Quantized patterns: norm_out
+// may be NULL; scale_out is required when the pattern writes scales, scale_in when it reads one
+// (its value, on the device, is not inspected); unused quant fields are ignored. Fields beyond
+// args.struct_size are treated as absent (upgrade_fused_args). Pure apart from `check`.
 Status validate(const arfFusedArgs_t& args, const StaticFacts& facts, int device,
                 const PointerCheck& check);
 

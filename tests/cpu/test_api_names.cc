@@ -41,7 +41,15 @@ TEST(Names, AlgorithmRoundTrip) {
 TEST(Names, Patterns) {
   EXPECT_STREQ(arfPatternName(arfPatternAllReduce), "allreduce");
   EXPECT_STREQ(arfPatternName(arfPatternResidualRmsNorm), "residual_rmsnorm");
-  EXPECT_STREQ(arfPatternName(static_cast<arfPattern_t>(5)), "unknown");
+  EXPECT_STREQ(arfPatternName(arfPatternResidualRmsNormFp8PerTensor),
+               "residual_rmsnorm_fp8_per_tensor");
+  EXPECT_STREQ(arfPatternName(arfPatternResidualRmsNormFp8PerToken),
+               "residual_rmsnorm_fp8_per_token");
+  EXPECT_STREQ(arfPatternName(arfPatternResidualRmsNormFp8PerGroup),
+               "residual_rmsnorm_fp8_per_group");
+  EXPECT_STREQ(arfPatternName(arfPatternResidualRmsNormNvfp4), "residual_rmsnorm_nvfp4");
+  EXPECT_STREQ(arfPatternName(arfPatternResidualRmsNormMxfp4), "residual_rmsnorm_mxfp4");
+  EXPECT_STREQ(arfPatternName(static_cast<arfPattern_t>(7)), "unknown");
 }
 
 TEST(Names, StatusStringsAreDistinct) {
@@ -93,6 +101,12 @@ TEST(Init, FusedArgsDefaults) {
   EXPECT_EQ(a.norm_out, nullptr);
   EXPECT_EQ(a.gamma, nullptr);
   EXPECT_EQ(a.num_tokens, 0u);
+  EXPECT_EQ(a.quant_out, nullptr);
+  EXPECT_EQ(a.scale_out, nullptr);
+  EXPECT_EQ(a.scale_in, nullptr);
+  EXPECT_EQ(a.scale_layout, arfScaleRowMajor);
+  EXPECT_EQ(a.scale_format, arfScaleFp32);
+  EXPECT_EQ(a.fallback, arfFallbackAuto);
 }
 
 TEST(UniqueId, FreshEachCall) {

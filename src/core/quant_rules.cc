@@ -1,0 +1,120 @@
+// The quantized patterns' host rules (quant_rules.h).
+#include "core/quant_rules.h"
+
+namespace arf {
+
+// KernelParams carries the public enums' values as ints (communicator.cc); the kernels read them
+// as these internal enums.
+static_assert(arfScaleRowMajor == static_cast<int>(quant::ScaleLayout::kRowMajor) &&
+              arfScaleMnMajor == static_cast<int>(quant::ScaleLayout::kMnMajor) &&
+              arfScaleSwizzled128x4 == static_cast<int>(quant::ScaleLayout::kSwizzled128x4));
+static_assert(arfPatternResidualRmsNormFp8PerTensor == static_cast<int>(Pattern::kFp8PerTensor) &&
+              arfPatternResidualRmsNormFp8PerToken == static_cast<int>(Pattern::kFp8PerToken) &&
+              arfPatternResidualRmsNormFp8PerGroup == static_cast<int>(Pattern::kFp8PerGroup) &&
+              arfPatternResidualRmsNormNvfp4 == static_cast<int>(Pattern::kNvfp4) &&
+              arfPatternResidualRmsNormMxfp4 == static_cast<int>(Pattern::kMxfp4));
+
+namespace {
+
+const char* name_of(Pattern pattern) { return arfPatternName(static_cast<arfPattern_t>(pattern)); }
+
+bool valid_layout(int layout) {
+  return layout == arfScaleRowMajor || layout == arfScaleMnMajor || layout == arfScaleSwizzled128x4;
+}
+
+bool valid_format(int format) {
+  return format == arfScaleFp32 || format == arfScaleUe8m0AsFp32 || format == arfScaleUe8m0Packed;
+}
+
+// Why each block size: the consumers' formats (DeepSeek 1x128 FP8 groups; NVFP4's 16-element and
+// MXFP4's 32-element micro-blocks), as quant_layout.h defines them for the kernels.
+const char* group_why(Pattern pattern) {
+  switch (pattern) {
+    case Pattern::kFp8PerGroup: return "one scale per 1x128 group";
+    case Pattern::kNvfp4: return "one e4m3 scale per 16 elements";
+    case Pattern::kMxfp4: return "one UE8M0 scale per 32 elements";
+    default: return "";
+  }
+}
+
+}  // namespace
+
+int64_t quant_group_elems(Pattern pattern) {
+  switch (pattern) {
+    case Pattern::kFp8PerGroup: return quant::kFp8GroupElems;
+    case Pattern::kNvfp4: return quant::kNvfp4BlockElems;
+    case Pattern::kMxfp4: return quant::kMxfp4BlockElems;
+    default: return 0;
+  }
+}
+
+int64_t quant_scale_cols(Pattern pattern, int64_t hidden) {
+  if (pattern == Pattern::kFp8PerToken) return 1;
+  const int64_t group = quant_group_elems(pattern);
+  return group > 0 ? hidden / group : 0;
+}
+
+bool quant_writes_scales(Pattern pattern) {
+  return is_quant_pattern(pattern) && pattern != Pattern::kFp8PerTensor;
+}
+
+bool quant_reads_scale_in(Pattern pattern) {
+  return pattern == Pattern::kFp8PerTensor || pattern == Pattern::kNvfp4;
+}
+
+bool quant_is_fp4(Pattern pattern) {
+  return pattern == Pattern::kNvfp4 || pattern == Pattern::kMxfp4;
+}
+
+int64_t quant_out_bytes(Pattern pattern, int64_t num_tokens, int64_t hidden) {
+  if (!is_quant_pattern(pattern)) return 0;
+  const int64_t elems = num_tokens * hidden;
+  return quant_is_fp4(pattern) ? elems / 2 : elems;
+}
+
+std::string quant_hidden_error(Pattern pattern, int64_t hidden) {
+  const int64_t group = quant_group_elems(pattern);
+  if (group == 0 || hidden % group == 0) return "";
+  return std::string("pattern ") + name_of(pattern) + " needs hidden % " + std::to_string(group) +
+         " == 0 (" + group_why(pattern) + "); hidden is " + std::to_string(hidden);
+}
+
+std::string quant_scale_error(Pattern pattern, int layout, int format) {
+  if (!is_quant_pattern(pattern)) return "";
+  if (!valid_layout(layout)) {
+    return "scale_layout " + std::to_string(layout) + " is not a valid arfScaleLayout_t";
+  }
+  if (!valid_format(format)) {
+    return "scale_format " + std::to_string(format) + " is not a valid arfScaleFormat_t";
+  }
+  const std::string pattern_text = std::string(" for pattern ") + name_of(pattern);
+  if (layout == arfScaleMnMajor && pattern != Pattern::kFp8PerGroup) {
+    return "scale_layout MN-major is for fp8 per-group only, not" + pattern_text;
+  }
+  if (layout == arfScaleSwizzled128x4 && !quant_is_fp4(pattern)) {
+    return "scale_layout 128x4-swizzled is for nvfp4 and mxfp4 only, not" + pattern_text;
+  }
+  if (format != arfScaleFp32 && pattern != Pattern::kFp8PerGroup) {
+    return "scale_format " + std::to_string(format) +
+           " applies to fp8 per-group only; leave it arfScaleFp32" + pattern_text +
+           (quant_is_fp4(pattern) ? " (its scales are always one-byte codes)" : "");
+  }
+  return "";
+}
+
+quant::ScaleStorage quant_scale_storage(Pattern pattern, int format) {
+  if (quant_is_fp4(pattern)) return quant::ScaleStorage::kByte;
+  return format == arfScaleUe8m0Packed ? quant::ScaleStorage::kByte : quant::ScaleStorage::kFp32;
+}
+
+int64_t quant_scale_buffer_bytes(Pattern pattern, int layout, int format, int64_t num_tokens,
+                                 int64_t hidden) {
+  if (!quant_writes_scales(pattern) || num_tokens < 0 || hidden <= 0) return 0;
+  if (!quant_hidden_error(pattern, hidden).empty()) return 0;
+  if (!quant_scale_error(pattern, layout, format).empty()) return 0;
+  return quant::scale_buffer_bytes(static_cast<quant::ScaleLayout>(layout),
+                                   quant_scale_storage(pattern, format), num_tokens,
+                                   quant_scale_cols(pattern, hidden));
+}
+
+}  // namespace arf
