@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/cuda_check.h"
+#include "core/quant_rules.h"
 #include "kernels/launch.h"
 #include "policy/policy.h"
 #include "transport/workspace.h"
@@ -92,6 +93,8 @@ KernelParams make_base_params(int rank, const StaticFacts& facts,
   p.scatter_slot_elems = mine.layout.scatter_slot_elems;
   p.ctrl = mine.ctrl();
   p.error = mine.error_device;
+  p.scratch = mine.scratch();
+  p.fallback_level = 1;
   const double seconds = timeout_seconds > 0 ? timeout_seconds : kDefaultTimeoutSeconds;
   p.timeout_ns = static_cast<uint64_t>(std::min(seconds, kMaxTimeoutSeconds) * 1e9);
   return p;
@@ -234,11 +237,13 @@ Status Communicator::destroy() {
   return left;
 }
 
-Result<Plan> Communicator::plan(const arfFusedArgs_t& args) const {
+Result<Plan> Communicator::plan(const arfFusedArgs_t& caller_args) const {
+  const arfFusedArgs_t args = upgrade_fused_args(&caller_args);
   ARF_RETURN_IF_ERROR(validate(args, facts_, device_, pointer_check_));
   CallShape shape;
   shape.pattern = static_cast<Pattern>(args.pattern);
   shape.requested = static_cast<Algorithm>(args.algorithm);
+  shape.requested_fallback = static_cast<int>(args.fallback);
   shape.dtype = static_cast<DType>(args.dtype);
   shape.num_elems = static_cast<int64_t>(args.num_tokens * args.hidden);
   shape.row_elems = static_cast<int>(args.hidden);
@@ -309,7 +314,9 @@ Status check_healthy(bool failed, const Status& failure) {
 }
 }  // namespace
 
-Status Communicator::fused_allreduce(const arfFusedArgs_t& args, cudaStream_t stream) {
+Status Communicator::fused_allreduce(const arfFusedArgs_t& caller_args, cudaStream_t stream) {
+  // Fields a version-1 caller's struct lacks read as zero from here on.
+  const arfFusedArgs_t args = upgrade_fused_args(&caller_args);
   ARF_RETURN_IF_ERROR(check_healthy(failed_, failure_));
   (void)async_error();
   ARF_RETURN_IF_ERROR(check_healthy(failed_, failure_));
@@ -334,7 +341,17 @@ Status Communicator::fused_allreduce(const arfFusedArgs_t& args, cudaStream_t st
     p.gamma_offset = args.gamma_plus_one ? 1.0f : 0.0f;
     p.eps = args.eps;
   }
-  return launch_checked(plan.value(), static_cast<Pattern>(args.pattern), p, stream);
+  const Pattern pattern = static_cast<Pattern>(args.pattern);
+  if (is_quant_pattern(pattern)) {
+    p.quant_out = args.quant_out;
+    if (quant_writes_scales(pattern)) p.scale_out = args.scale_out;
+    if (quant_reads_scale_in(pattern)) p.scale_in = args.scale_in;
+    // The public enums and quant::ScaleLayout / the kernels' format codes match numerically.
+    p.scale_layout = static_cast<int>(args.scale_layout);
+    p.scale_format = static_cast<int>(args.scale_format);
+    p.fallback_level = plan.value().fallback_level;
+  }
+  return launch_checked(plan.value(), pattern, p, stream);
 }
 
 Status Communicator::allreduce(const void* in, void* out, size_t count, arfDataType_t dtype,

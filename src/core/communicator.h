@@ -39,10 +39,12 @@ class Communicator {
   Status destroy();
 
   // Pure and rank-symmetric: validate + make_plan. No CUDA calls except the pointer check.
+  // `args` must be a full current-version struct in memory (api.cc passes upgrade_fused_args of
+  // the caller's); fields beyond its struct_size are ignored.
   Result<Plan> plan(const arfFusedArgs_t& args) const;
 
   // Stream-ordered fused all-reduce (arfFusedAllReduce). Refuses with CommFailed once failed.
-  // Graph-capture safe. One host thread at a time.
+  // Graph-capture safe. One host thread at a time. Same precondition on `args` as plan().
   Status fused_allreduce(const arfFusedArgs_t& args, cudaStream_t stream);
 
   // out = sum over ranks of in, as rows of min(count, max_hidden) elements (arfAllReduce).

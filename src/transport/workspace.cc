@@ -63,7 +63,8 @@ Result<WorkspaceLayout> workspace_layout(int world, DType dtype, int64_t max_tok
        append_region(lamport_elems, elem, &cursor, &l.lamport_offset) &&
        append_region(l.capacity_elems, elem, &cursor, &l.pull_offset) &&
        append_region(scatter_elems, elem, &cursor, &l.scatter_offset) &&
-       append_region(l.capacity_elems, elem, &cursor, &l.gather_offset);
+       append_region(l.capacity_elems, elem, &cursor, &l.gather_offset) &&
+       append_region(l.capacity_elems, elem, &cursor, &l.scratch_offset);
   if (!ok) {
     return invalid_argument("workspace size overflows 64 bits (max_tokens " +
                             std::to_string(max_tokens) + ", max_hidden " +
@@ -87,6 +88,7 @@ void* Workspace::lamport() const { return at(base, layout.lamport_offset); }
 void* Workspace::pull() const { return at(base, layout.pull_offset); }
 void* Workspace::scatter() const { return at(base, layout.scatter_offset); }
 void* Workspace::gather() const { return at(base, layout.gather_offset); }
+void* Workspace::scratch() const { return at(base, layout.scratch_offset); }
 
 namespace {
 

@@ -25,6 +25,9 @@ struct WorkspaceLayout {
   int64_t pull_offset = 0;         // [capacity_elems]
   int64_t scatter_offset = 0;      // [world][scatter_slot_elems]
   int64_t gather_offset = 0;       // [capacity_elems]
+  // [capacity_elems], local: the rows between the two kernels of a quantized call at fallback
+  // level 2 or 3 when the caller passes no norm_out (KernelParams::scratch). Never peer-visible.
+  int64_t scratch_offset = 0;
   int64_t total_bytes = 0;
 
   int64_t lamport_elems() const { return kLamportBuffers * world * lamport_slot_elems; }
@@ -55,6 +58,7 @@ struct Workspace {
   void* pull() const;
   void* scatter() const;
   void* gather() const;
+  void* scratch() const;
 };
 
 // Allocates and initialises the workspace on `device` (makes it current): ControlBlock and flags
