@@ -252,8 +252,9 @@ arfStatus_t arfFusedAllReduce(arfComm_t comm, const arfFusedArgs_t* args, cudaSt
 arfStatus_t arfAllReduce(arfComm_t comm, const void* in, void* out, size_t count,
                          arfDataType_t dtype, cudaStream_t stream);
 
-/* Bytes the scale_out buffer of a quantized pattern needs for num_tokens x hidden (0 for per-tensor
- * FP8 and unquantized patterns, or for an unsupported pattern/layout/format combination). */
+/* Bytes the scale_out buffer of a quantized pattern needs for num_tokens x hidden, padding included.
+ * 0 for per-tensor FP8 and unquantized patterns, for an unsupported pattern/layout/format
+ * combination, and for a hidden size the pattern cannot take (not a multiple of its block). */
 size_t arfScaleBufferBytes(arfPattern_t pattern, arfScaleLayout_t layout, arfScaleFormat_t format,
                            size_t num_tokens, size_t hidden);
 
