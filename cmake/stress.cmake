@@ -1,0 +1,134 @@
+# arfusion-stress (tools/stress/): the refill soak of issue 5, its CPU unit tests, short GPU soaks,
+# and — only with -DARF_BUILD_NEGATIVE_CONTROLS=ON — library variants that prove the soak can fail:
+#
+#   arfusion_debug_stall        kernels stall one rank at every protocol point (src/kernels/
+#                               debug_stall.cuh); the soak must still find ZERO wrong elements
+#   arfusion_nc_no_end_barrier  oneshot_pull without its end barrier: the seed-004 bug
+#   arfusion_nc_relaxed_flags   barrier flags relaxed instead of release/acquire (AITER #2890)
+#   arfusion_nc_no_lamport_clear  Lamport buffers never cleared (stale slots read as data)
+#
+# Each variant is a full CUDA build of the library with its own arfusion-stress-<variant>. The
+# negative-control ctests (labels gpu;negative) pass only when the soak DETECTS corruption within
+# their call budget: arfusion-stress --expect-corruption exits 0 on detection, 1 when nothing was
+# detected, 2 on a timeout or hang, 3 on a setup error, 77 without a GPU (skipped), so a hang or a
+# crash never counts as a detection. The variants triple the CUDA compile, so CI (2 cores) leaves
+# them off. To build and run them on a GPU machine:
+#
+#   cmake -S . -B build-nc -G Ninja -DARF_BUILD_NEGATIVE_CONTROLS=ON && cmake --build build-nc
+#   ctest --test-dir build-nc -L negative --output-on-failure      (or: bash scripts/negative_controls.sh)
+option(ARF_BUILD_STRESS "Build arfusion-stress" ON)
+option(ARF_BUILD_NEGATIVE_CONTROLS
+       "Build the debug-stall and negative-control library variants and their stress binaries" OFF)
+set(ARF_DEBUG_STALL_NS 200000 CACHE STRING
+    "Stall (ns) of one rank per protocol point in the debug-stall and negative-control builds")
+
+if(NOT ARF_BUILD_STRESS)
+  return()
+endif()
+
+find_package(CLI11 CONFIG REQUIRED)
+find_package(nlohmann_json REQUIRED)
+set(ARF_STRESS_DIR ${CMAKE_CURRENT_SOURCE_DIR}/tools/stress)
+
+# Object libraries, so that every variant binary links the same objects against its own library
+# variant (an archive would need the library after it on the link line; objects do not).
+# Host-only parts, unit-tested without a GPU:
+add_library(arfusion_stress_core OBJECT
+  ${ARF_STRESS_DIR}/args.cc ${ARF_STRESS_DIR}/dataset.cc ${ARF_STRESS_DIR}/schedule.cc
+  ${ARF_STRESS_DIR}/stop_control.cc ${ARF_STRESS_DIR}/summary.cc ${ARF_STRESS_DIR}/verify.cc)
+target_include_directories(arfusion_stress_core PUBLIC ${ARF_STRESS_DIR}
+  ${CMAKE_CURRENT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/src)
+target_link_libraries(arfusion_stress_core PUBLIC arfusion_reference CLI11::CLI11
+  nlohmann_json::nlohmann_json Threads::Threads)
+target_compile_options(arfusion_stress_core PRIVATE ${ARF_WARNINGS})
+# The parts that drive the GPU:
+add_library(arfusion_stress_runtime OBJECT
+  ${ARF_STRESS_DIR}/calls.cc ${ARF_STRESS_DIR}/device.cu ${ARF_STRESS_DIR}/resources.cc
+  ${ARF_STRESS_DIR}/soak.cc ${ARF_STRESS_DIR}/verifier.cc)
+target_link_libraries(arfusion_stress_runtime PUBLIC arfusion_stress_core CUDA::cudart_static)
+target_compile_options(arfusion_stress_runtime PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${ARF_WARNINGS}>)
+
+# arf_add_stress_binary(<name> <library target> <variant name printed in reports>)
+function(arf_add_stress_binary name library variant)
+  add_executable(${name} ${ARF_STRESS_DIR}/main.cc)
+  target_link_libraries(${name} PRIVATE arfusion_stress_core arfusion_stress_runtime ${library})
+  target_compile_definitions(${name} PRIVATE ARF_STRESS_VARIANT="${variant}")
+  target_compile_options(${name} PRIVATE ${ARF_WARNINGS})
+endfunction()
+
+arf_add_stress_binary(arfusion-stress arfusion release)
+
+# ctest: GPU runs get this; without a GPU arfusion-stress prints SKIPPED and exits 77.
+function(arf_add_stress_test name labels)
+  add_test(NAME ${name} COMMAND ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}" SKIP_RETURN_CODE 77 TIMEOUT 900)
+endfunction()
+
+if(ARF_BUILD_TESTS)
+  add_executable(arfusion_stress_tests ${ARF_STRESS_DIR}/test_schedule.cc
+    ${ARF_STRESS_DIR}/test_checks.cc)
+  target_link_libraries(arfusion_stress_tests PRIVATE arfusion_stress_core arfusion
+    GTest::gtest_main)
+  target_compile_options(arfusion_stress_tests PRIVATE ${ARF_WARNINGS})
+  add_test(NAME stress_tests COMMAND arfusion_stress_tests)
+  set_tests_properties(stress_tests PROPERTIES LABELS cpu)
+
+  # Short soaks of the release library: eager, and captured graphs mixed with eager calls.
+  arf_add_stress_test(stress_soak gpu $<TARGET_FILE:arfusion-stress> --calls 4000 --skew-us 50
+    --progress 0 -J ${CMAKE_CURRENT_BINARY_DIR}/stress_soak.json)
+  arf_add_stress_test(stress_soak_graphs gpu $<TARGET_FILE:arfusion-stress> -G 8 --window 4
+    --calls 4000 --skew-us 50 --progress 0 -J ${CMAKE_CURRENT_BINARY_DIR}/stress_soak_graphs.json)
+endif()
+
+if(NOT ARF_BUILD_NEGATIVE_CONTROLS)
+  return()
+endif()
+
+# A copy of the `arfusion` target (sources, include paths, options, links) plus compile
+# definitions; reading the properties keeps the variants in step with CMakeLists.txt.
+function(arf_add_library_variant name)
+  get_target_property(sources arfusion SOURCES)
+  add_library(${name} STATIC ${sources})
+  foreach(property INCLUDE_DIRECTORIES COMPILE_OPTIONS COMPILE_DEFINITIONS LINK_LIBRARIES
+                   INTERFACE_INCLUDE_DIRECTORIES INTERFACE_LINK_LIBRARIES
+                   CUDA_SEPARABLE_COMPILATION)
+    get_target_property(value arfusion ${property})
+    if(NOT value STREQUAL "value-NOTFOUND")
+      set_property(TARGET ${name} PROPERTY ${property} "${value}")
+    endif()
+  endforeach()
+  target_compile_definitions(${name} PRIVATE ${ARGN})
+endfunction()
+
+set(ARF_STALL_DEFINITION ARF_DEBUG_STALL_NS=${ARF_DEBUG_STALL_NS})
+arf_add_library_variant(arfusion_debug_stall ${ARF_STALL_DEFINITION})
+arf_add_stress_binary(arfusion-stress-debug_stall arfusion_debug_stall debug_stall)
+
+# Negative controls run WITH the stall: it makes the losing interleaving happen on most calls
+# instead of waiting for the scheduler to produce it; the debug_stall soak shows the stall alone
+# corrupts nothing. relaxed_flags runs without it (a stall does not reorder memory); about a
+# quarter of its calls move more than the 1.2 MB per rank above which AITER saw the bug.
+arf_add_library_variant(arfusion_nc_no_end_barrier ARF_NEGATIVE_CONTROL_NO_END_BARRIER
+  ${ARF_STALL_DEFINITION})
+arf_add_library_variant(arfusion_nc_relaxed_flags ARF_NEGATIVE_CONTROL_RELAXED_FLAGS)
+arf_add_library_variant(arfusion_nc_no_lamport_clear ARF_NEGATIVE_CONTROL_NO_LAMPORT_CLEAR
+  ${ARF_STALL_DEFINITION})
+foreach(control no_end_barrier relaxed_flags no_lamport_clear)
+  arf_add_stress_binary(arfusion-stress-${control} arfusion_nc_${control} ${control})
+endforeach()
+
+if(ARF_BUILD_TESTS)
+  arf_add_stress_test(stress_debug_stall gpu $<TARGET_FILE:arfusion-stress-debug_stall>
+    --calls 3000 --progress 0 -J ${CMAKE_CURRENT_BINARY_DIR}/stress_debug_stall.json)
+  set(nc_common --expect-corruption --progress 0)
+  arf_add_stress_test(negative_no_end_barrier "gpu;negative"
+    $<TARGET_FILE:arfusion-stress-no_end_barrier> ${nc_common} -a oneshot_pull --calls 2000
+    -J ${CMAKE_CURRENT_BINARY_DIR}/negative_no_end_barrier.json)
+  arf_add_stress_test(negative_relaxed_flags "gpu;negative"
+    $<TARGET_FILE:arfusion-stress-relaxed_flags> ${nc_common} -a oneshot_pull,twoshot
+    --calls 20000 --skew-us 0
+    -J ${CMAKE_CURRENT_BINARY_DIR}/negative_relaxed_flags.json)
+  arf_add_stress_test(negative_no_lamport_clear "gpu;negative"
+    $<TARGET_FILE:arfusion-stress-no_lamport_clear> ${nc_common} -a oneshot_lamport --calls 2000
+    -J ${CMAKE_CURRENT_BINARY_DIR}/negative_no_lamport_clear.json)
+endif()

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the debug-stall and negative-control variants of the library (cmake/stress.cmake) into
+# ./build-nc and runs them: the debug-stall soak must find ZERO wrong elements, and each negative
+# control must be DETECTED by arfusion-stress (exit 0 of --expect-corruption); a hang, a crash or a
+# timeout never counts as a detection. Each run's JSON summary (first bad call, rank, row, element)
+# lands in OUT_DIR.
+#
+# Usage: bash scripts/negative_controls.sh [OUT_DIR]      (default: negative_controls_out)
+#   JOBS=N                 build parallelism (default: nproc)
+#   ARF_CMAKE_ARGS="..."   extra configure arguments, e.g. -DARF_DEBUG_STALL_NS=500000
+# Exit: ctest's (0: every control behaved as required); 77 from the tests means no GPU (skipped).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-negative_controls_out}
+mkdir -p "$out"
+nvcc_path=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+
+cmake -S . -B build-nc -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc_path" \
+  -DARF_BUILD_NEGATIVE_CONTROLS=ON ${ARF_CMAKE_ARGS:-} > "$out/configure.log" 2>&1 ||
+  { tail -20 "$out/configure.log"; exit 1; }
+targets=(arfusion-stress arfusion-stress-debug_stall arfusion-stress-no_end_barrier
+         arfusion-stress-relaxed_flags arfusion-stress-no_lamport_clear)
+start=$SECONDS
+cmake --build build-nc -j "${JOBS:-$(nproc)}" --target "${targets[@]}" > "$out/build.log" 2>&1 ||
+  { grep -E "error|FAILED" "$out/build.log" | head -20; exit 1; }
+echo "negative_controls: built ${#targets[@]} binaries in $((SECONDS - start)) s"
+
+ctest --test-dir build-nc -R '^(negative_|stress_debug_stall$)' --output-on-failure 2>&1 |
+  tee "$out/ctest.log"
+rc=${PIPESTATUS[0]}
+cp build-nc/negative_*.json build-nc/stress_debug_stall.json "$out/" 2>/dev/null
+for f in "$out"/negative_*.json "$out"/stress_debug_stall.json; do
+  [[ -f $f ]] || continue
+  python3 - "$f" <<'EOF' 2>/dev/null || true
+import json, sys
+j = json.load(open(sys.argv[1]))
+fb = j.get("first_bad") or {}
+print(f"{sys.argv[1]}: build {j['library_build']}, calls {j['calls']}, wrong {j['wrong_elements']}, "
+      f"cross-rank {j['cross_rank_mismatches']}, timeouts {j['timeouts']}, exit {j['exit_code']}"
+      + (f", first bad call {fb['call']} rank {fb['rank']} {fb['output']} row {fb['row']} col {fb['col']}"
+         if fb else ""))
+EOF
+done
+exit "$rc"

@@ -1,0 +1,89 @@
+// Host threads that check every step while the GPU runs the next ones.
+//
+// Flow: each rank thread copies a step's outputs into pinned host slot (step % ring_depth),
+// records the slot's event and submits the step here. When every rank has submitted it, a verifier
+// thread waits for the ranks' events, checks every call of the step (verify.h), merges the totals
+// and frees the slot. A rank thread needs the slot free again before it reuses it ring_depth steps
+// later, so a verifier that falls behind slows the soak down (back-pressure) instead of letting
+// checks be skipped; the time spent waiting is reported.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dataset.h"
+#include "resources.h"
+#include "schedule.h"
+#include "summary.h"
+
+namespace arf::stress {
+
+struct VerifierConfig {
+  const Resources* resources = nullptr;
+  const std::vector<DataSet>* sets = nullptr;
+  DType dtype = DType::kBf16;
+  int threads = 2;
+  std::function<void()> on_first_wrong;  // called once, from a verifier thread
+};
+
+class Verifier {
+ public:
+  explicit Verifier(const VerifierConfig& config);
+  ~Verifier();
+  Verifier(const Verifier&) = delete;
+  Verifier& operator=(const Verifier&) = delete;
+
+  // Rank threads. True once the host slot of `step` is free (its previous step was verified).
+  bool slot_free(int64_t step) const;
+  // After the rank recorded the slot's event behind its output copies.
+  void submit(int rank, const StepSpec& step);
+
+  // Main thread: verify every step all ranks submitted, then stop the threads. Returns the number
+  // of steps that only some ranks submitted (left unverified after a failure).
+  uint64_t close();
+  Totals totals() const;
+  uint64_t steps_verified() const { return steps_verified_.load(); }
+  std::string error() const;  // a CUDA error while waiting for an event ("" if none)
+
+ private:
+  struct Pending {
+    std::mutex mu;
+    int64_t step = -1;
+    int arrived = 0;
+    StepSpec spec;
+  };
+  struct Job {
+    int slot;
+    StepSpec spec;
+  };
+
+  void worker();
+  void verify(const Job& job);
+
+  VerifierConfig config_;
+  int depth_ = 0;
+  int world_ = 0;
+  std::vector<Pending> pending_;                      // [slot]
+  std::unique_ptr<std::atomic<int64_t>[]> released_;  // [slot]: steps < value may use the slot
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Job> queue_;
+  bool closing_ = false;
+  std::vector<std::thread> threads_;
+
+  mutable std::mutex totals_mu_;
+  Totals totals_;
+  std::string error_;
+  bool reported_wrong_ = false;
+  std::atomic<uint64_t> steps_verified_{0};
+};
+
+}  // namespace arf::stress
