@@ -3,9 +3,11 @@
 # (ctest -L cpu) under ASan/UBSan. CUDA translation units are left alone: nvcc cannot instrument
 # device code, and their host halves go through nvcc's own host pass; they are linked against the
 # sanitizer runtime like any uninstrumented library. Errors abort the test (no recovery), so a
-# report fails ctest. The CI job:
+# report fails ctest. The CI job (device code as PTX only: the CPU tests never launch a kernel, and
+# skipping ptxas saves about a third of the build):
 #
-#   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DARF_SANITIZE="address;undefined"
+#   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CUDA_ARCHITECTURES=90-virtual \
+#     -DARF_SANITIZE="address;undefined"
 #   cmake --build build-asan --target arfusion_cpu_tests arfusion_bench_tests arfusion_stress_tests
 #   ASAN_OPTIONS=protect_shadow_gap=0 ctest --test-dir build-asan -L cpu --output-on-failure
 #
