@@ -4,6 +4,7 @@
 // At world 1 this is the plain epilogue kernel (no push, no poll, no protocol state).
 #pragma once
 
+#include "kernels/debug_stall.cuh"
 #include "kernels/protocol.cuh"
 #include "kernels/row_epilogue.cuh"
 
@@ -85,13 +86,16 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lampo
   if constexpr (kWorld > 1) {
     if (protocol::aborted(p)) return;
     s = protocol::load_lamport_state(p);
+    debug::stall_lamport(p, debug::StallPoint::kBeforePublish);
     lamport_push_rows<T, kWorld, Epilogue::kVecs>(p, s);  // first, so peers can start reducing
     lamport_clear_previous<kWorld>(p, s);
+    debug::stall_lamport(p, debug::StallPoint::kBeforeRead);
   }
   for_each_owned_row<Epilogue>(p, [&](const RowSlice& rs, int k) {
     if constexpr (kWorld > 1) return lamport_reduce_vec<T, kWorld>(p, s, rs.elem(k));
     return canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
   });
+  debug::stall_lamport(p, debug::StallPoint::kBeforeArrive);
   if constexpr (kWorld > 1) protocol::lamport_arrive(p, s);
 }
 

@@ -3,6 +3,7 @@
 // overwrites its copy-in buffer while a slow peer is still reading it (silent corruption under skew).
 #pragma once
 
+#include "kernels/debug_stall.cuh"
 #include "kernels/protocol.cuh"
 #include "kernels/row_epilogue.cuh"
 
@@ -39,11 +40,14 @@ template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_pull_kernel(const KernelParams p) {
   if (protocol::aborted(p)) return;
   const uint32_t epoch = protocol::load_cta_epoch(p);
+  debug::stall(p, debug::StallPoint::kBeforePublish, epoch);
   pull_copy_in_rows<T, Epilogue::kVecs>(p);
   // Release/acquire: the copy-in was written in this kernel (design rule 3).
   if (protocol::peer_barrier<kWorld>(p, epoch + 1, Phase::kPullStartBarrier)) {
+    debug::stall(p, debug::StallPoint::kBeforeRead, epoch);
     for_each_owned_row<Epilogue>(
         p, [&](const RowSlice& rs, int k) { return pull_reduce_vec<T, kWorld>(p, rs.elem(k)); });
+    debug::stall(p, debug::StallPoint::kBeforeCloseBarrier, epoch);
 #ifndef ARF_NEGATIVE_CONTROL_NO_END_BARRIER
     // Peers are done reading our copy-in buffer only once they pass this barrier.
     protocol::peer_barrier<kWorld>(p, epoch + 2, Phase::kPullEndBarrier);

@@ -7,6 +7,7 @@
 // but we have read our scatter inbox before arriving at that barrier.
 #pragma once
 
+#include "kernels/debug_stall.cuh"
 #include "kernels/protocol.cuh"
 #include "kernels/row_epilogue.cuh"
 
@@ -62,10 +63,14 @@ template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) twoshot_kernel(const KernelParams p) {
   if (protocol::aborted(p)) return;
   const uint32_t epoch = protocol::load_cta_epoch(p);
+  debug::stall(p, debug::StallPoint::kBeforePublish, epoch);
   twoshot_scatter_rows<T, kWorld, Epilogue::kVecs>(p);
   if (protocol::peer_barrier<kWorld>(p, epoch + 1, Phase::kTwoshotScatterBarrier)) {
+    debug::stall(p, debug::StallPoint::kBeforeRead, epoch);
     twoshot_reduce_rows<T, kWorld>(p);
+    debug::stall(p, debug::StallPoint::kBeforeCloseBarrier, epoch);
     if (protocol::peer_barrier<kWorld>(p, epoch + 2, Phase::kTwoshotGatherBarrier)) {
+      debug::stall(p, debug::StallPoint::kBeforeFinalRead, epoch);
       for_each_owned_row<Epilogue>(p, [&](const RowSlice& rs, int k) {
         return protocol::ld_volatile_v4(elem_ptr(p.peers.gather[p.rank], rs.elem(k)));
       });
