@@ -19,6 +19,18 @@
 namespace arf {
 namespace {
 
+// The stored value of a C enum field as an int, without loading it as the enum: a caller may pass
+// any int there, and loading an out-of-range enum value is undefined behaviour (UBSan -fsanitize=enum
+// flags it, and the compiler may drop a range check that follows such a load).
+template <typename E>
+int raw_enum(const E& field) {
+  static_assert(sizeof(E) == sizeof(int));
+  int value;
+  std::memcpy(&value, &field, sizeof(value));
+  return value;
+}
+
+
 constexpr uintptr_t kAlignBytes = 16;
 
 // arfFusedArgs_t as API version 1 declared it. Version-1 callers pass structs of this size;
@@ -146,9 +158,8 @@ Status check_header(const arfFusedArgs_t& a, const StaticFacts& facts) {
                             "args->struct_size " + std::to_string(a.struct_size) +
                             " (a version " + std::to_string(size_version) + " struct)");
   }
-  if (static_cast<int>(a.pattern) < arfPatternAllReduce ||
-      static_cast<int>(a.pattern) > arfPatternResidualRmsNormMxfp4) {
-    return invalid_argument("args->pattern " + std::to_string(static_cast<int>(a.pattern)) +
+  if (raw_enum(a.pattern) < arfPatternAllReduce || raw_enum(a.pattern) > arfPatternResidualRmsNormMxfp4) {
+    return invalid_argument("args->pattern " + std::to_string(raw_enum(a.pattern)) +
                             " is not a valid arfPattern_t");
   }
   if (a.version < 2 && is_quant_pattern(static_cast<Pattern>(a.pattern))) {
@@ -157,13 +168,13 @@ Status check_header(const arfFusedArgs_t& a, const StaticFacts& facts) {
                             "version 1 struct (" + std::to_string(a.struct_size) +
                             " bytes); rebuild against this arfusion.h and use arfFusedArgsInit");
   }
-  if (static_cast<int>(a.algorithm) < arfAlgoAuto || static_cast<int>(a.algorithm) > arfAlgoNccl) {
-    return invalid_argument("args->algorithm " + std::to_string(static_cast<int>(a.algorithm)) +
+  if (raw_enum(a.algorithm) < arfAlgoAuto || raw_enum(a.algorithm) > arfAlgoNccl) {
+    return invalid_argument("args->algorithm " + std::to_string(raw_enum(a.algorithm)) +
                             " is not a valid arfAlgorithm_t");
   }
-  if (a.dtype != arfBFloat16 && a.dtype != arfFloat16) {
-    return invalid_argument("args->dtype " + std::to_string(static_cast<int>(a.dtype)) + " (" +
-                            dtype_name(a.dtype) + ") is not an activation dtype (bf16 or fp16)");
+  if (raw_enum(a.dtype) != arfBFloat16 && raw_enum(a.dtype) != arfFloat16) {
+    return invalid_argument("args->dtype " + std::to_string(raw_enum(a.dtype)) + " (" +
+                            dtype_name(raw_enum(a.dtype)) + ") is not an activation dtype (bf16 or fp16)");
   }
   if (static_cast<int>(a.dtype) != static_cast<int>(facts.dtype)) {
     return invalid_argument(std::string("dtype mismatch: call ") + dtype_name(a.dtype) +
@@ -195,7 +206,7 @@ Status check_shape(const arfFusedArgs_t& a, const StaticFacts& facts) {
 // empty call, so that arfPlan and the call agree on what is legal whatever num_tokens is.
 Status check_quant_shape(const arfFusedArgs_t& a) {
   const Pattern pattern = static_cast<Pattern>(a.pattern);
-  const int fallback = static_cast<int>(a.fallback);
+  const int fallback = raw_enum(a.fallback);
   if (fallback < arfFallbackAuto || fallback > arfFallbackThreeKernels) {
     return invalid_argument("args->fallback " + std::to_string(fallback) +
                             " is not a valid arfFallbackLevel_t");
@@ -212,7 +223,7 @@ Status check_quant_shape(const arfFusedArgs_t& a) {
   if (std::string e = quant_hidden_error(pattern, static_cast<int64_t>(a.hidden)); !e.empty()) {
     return invalid_argument(e);
   }
-  if (std::string e = quant_scale_error(pattern, a.scale_layout, a.scale_format); !e.empty()) {
+  if (std::string e = quant_scale_error(pattern, raw_enum(a.scale_layout), raw_enum(a.scale_format)); !e.empty()) {
     return invalid_argument(e);
   }
   return Status::ok();
@@ -237,8 +248,8 @@ void add_quant_ranges(const arfFusedArgs_t& a, std::vector<Range>* ranges) {
 }
 
 Status check_epilogue(const arfFusedArgs_t& a) {
-  if (a.gamma_dtype != a.dtype && a.gamma_dtype != arfFloat32) {
-    return invalid_argument(std::string("gamma_dtype ") + dtype_name(a.gamma_dtype) +
+  if (raw_enum(a.gamma_dtype) != raw_enum(a.dtype) && raw_enum(a.gamma_dtype) != arfFloat32) {
+    return invalid_argument(std::string("gamma_dtype ") + dtype_name(raw_enum(a.gamma_dtype)) +
                             " must be the activation dtype " + dtype_name(a.dtype) + " or fp32");
   }
   if (!std::isfinite(a.eps) || a.eps < 0.0f) {
