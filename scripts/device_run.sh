@@ -2,7 +2,8 @@
 # One call on the GPU machine (the `device` tool): runs the requested stages against a build made
 # elsewhere (carried in ./build) and leaves logs and JSON in $OUT (default ./device_out), packed into
 # $OUT/results.tar.gz plus the short summaries. Stages: env gpu bench world1 allreduce (default: all),
-# and multi (one GPU per rank on a multi-GPU machine: tests and TP 2/4/8 sweeps).
+# stress, negative (issue 5), and multi (one GPU per rank on a multi-GPU machine: tests and TP
+# 2/4/8 sweeps).
 # Usage: bash scripts/device_run.sh [stage...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +45,14 @@ for stage in "${stages[@]}"; do
     allreduce)
       ./build/arfusion-bench --op allreduce -b 32K -e 64M -f 2 -G 1 -c 1 -J "$out/run/allreduce.json" 2>&1 \
         | tee "$out/run/allreduce.txt" | tail -25 ;;
+    stress)
+      # issue 5: the refill soak, eager and with graphs (tools/stress/README.md).
+      ./build/arfusion-stress -J "$out/run/soak.json" 2>&1 | tee "$out/run/soak.txt" | tail -15
+      ./build/arfusion-stress -G 8 --window 4 -J "$out/run/soak_graphs.json" 2>&1 \
+        | tee "$out/run/soak_graphs.txt" | tail -15 ;;
+    negative)
+      # issue 5: each negative control must be DETECTED (builds build-nc on the device: minutes).
+      bash scripts/negative_controls.sh "$out/run/negative" 2>&1 | tee "$out/run/negative.log" | tail -20 ;;
     multi)
       # Real ranks: one GPU per rank (issue 6). Tests with ARF_TEST_DEVICES, bench on all GPUs.
       devs=$(seq -s, 0 $((num_gpus - 1)))
