@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (the `device` tool): runs the requested stages against a build made
-# elsewhere (carried in ./build) and leaves logs and JSON in $OUT (default ./device_out), packed into
+# elsewhere (scripts/pack_for_device.sh: carry .devpack and `tar -xJf .devpack/build.tar.xz` first) and leaves logs and JSON in $OUT (default ./device_out), packed into
 # $OUT/results.tar.gz plus the short summaries. Stages: env gpu bench world1 allreduce (default: all),
 # stress, negative (issue 5), and multi (one GPU per rank on a multi-GPU machine: tests and TP
 # 2/4/8 sweeps).

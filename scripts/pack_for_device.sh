@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Packs what the GPU machine needs from ./build into .devpack/build.tar.xz, small enough for the
+# device tool's 64 MiB transfer: configure with -DARF_SHARED=ON first (one libarfusion.so holds
+# the kernels; static linking would copy ~50 MB of them into every executable). On the device:
+#   tar -xJf .devpack/build.tar.xz && bash scripts/device_run.sh [stages]
+# with `carry: [".devpack"]`. Extra build-relative paths can be named as arguments.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ -f build/libarfusion.so ]] || { echo "pack_for_device: build/libarfusion.so missing: cmake -S . -B build -DARF_SHARED=ON && cmake --build build" >&2; exit 1; }
+files=(build/libarfusion.so build/arfusion_gpu_tests build/arfusion-bench build/arfusion-stress
+       build/arfusion_cpu_tests build/CTestTestfile.cmake)
+for f in "$@"; do files+=("build/$f"); done
+existing=()
+for f in "${files[@]}"; do [[ -e $f ]] && existing+=("$f"); done
+mkdir -p .devpack
+grep -qx '/.devpack/' .git/info/exclude 2>/dev/null || echo '/.devpack/' >> .git/info/exclude
+tar -cf - "${existing[@]}" | xz -T0 -6 > .devpack/build.tar.xz
+ls -la .devpack/build.tar.xz
