@@ -94,20 +94,26 @@ __device__ __forceinline__ void fp8_codes(const uint4& v, float scale, uint8_t (
   for (int i = 0; i < 8; ++i) c[i] = quant::quantize_e4m3(y[i], scale);
 }
 
+// e4m3 codes of every owned vector with one scale for the whole row (per-tensor, per-token).
+template <typename T, int kVecs>
+__device__ __forceinline__ void store_fp8_row(const KernelParams& p, const RowSlice& s,
+                                              const RowValues<kVecs>& v, float scale) {
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    if (!s.owns(k)) continue;
+    uint8_t c[8];
+    fp8_codes<T>(v[k], scale, c);
+    store_fp8x8(p.quant_out, s.elem(k), c);
+  }
+}
+
 // ---- quantizers: quantize<T>(p, s, v) with v the rounded norm vectors of the thread --------------
 
 struct Fp8PerTensorQuant {
   __device__ static void write_scale_padding(const KernelParams&) {}
   template <typename T, int kVecs>
   __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v) {
-    const float scale = *p.scale_in;
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) {
-      if (!s.owns(k)) continue;
-      uint8_t c[8];
-      fp8_codes<T>(v[k], scale, c);
-      store_fp8x8(p.quant_out, s.elem(k), c);
-    }
+    store_fp8_row<T, kVecs>(p, s, v, *p.scale_in);
   }
 };
 
@@ -120,13 +126,7 @@ struct Fp8PerTokenQuant {
     for (int k = 0; k < kVecs; ++k) amax = fmaxf(amax, vec_amax<T, kVecs>(s, v, k));
     const float scale = quant::fp8_dynamic_scale(block_reduce<MaxOp>(amax));
     if (threadIdx.x == 0) static_cast<float*>(p.scale_out)[s.row] = scale;
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) {
-      if (!s.owns(k)) continue;
-      uint8_t c[8];
-      fp8_codes<T>(v[k], scale, c);
-      store_fp8x8(p.quant_out, s.elem(k), c);
-    }
+    store_fp8_row<T, kVecs>(p, s, v, scale);
   }
 };
 
