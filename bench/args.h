@@ -1,5 +1,6 @@
 // Command line of arfusion-bench: nccl-tests vocabulary (-b -e -f -n -w -c -G -d -J) plus the
-// fused-op axes (--op, -a, --hidden, --tokens, --devices). Parsing is pure host code, so it runs
+// fused-op axes (--op, -a, --hidden, --tokens, --devices) and the quant axes (--quant,
+// --scale-layout, --scale-format). Parsing is pure host code, so it runs
 // and can be tested on a machine without a GPU; device defaults are resolved later (devices.h).
 #pragma once
 
@@ -12,7 +13,19 @@
 
 namespace arf::bench {
 
-enum class Op { kAllReduce, kFused, kEpilogue };
+enum class Op { kAllReduce, kFused, kEpilogue, kQuant };
+
+// One quantized pattern with its scale storage, as --op quant times it (issue 3, seed 002).
+struct QuantVariant {
+  arfPattern_t pattern = arfPatternResidualRmsNormFp8PerGroup;
+  arfScaleLayout_t layout = arfScaleRowMajor;
+  arfScaleFormat_t format = arfScaleFp32;
+
+  bool operator==(const QuantVariant&) const = default;
+};
+
+// "fp8_group/mn/ue8m0", "nvfp4/swizzled", "fp8_token": the --quant name plus what varies.
+std::string quant_variant_label(const QuantVariant& v);
 
 const char* op_name(Op op);
 
@@ -23,8 +36,10 @@ struct BenchArgs {
   int64_t max_bytes = 64 << 20;
   int64_t step_factor = 2;
   // Token sweep (--op fused / epilogue).
-  std::vector<int64_t> tokens;  // resolved: --tokens, else powers of two tmin..tmax
-  int64_t hidden = 8192;
+  std::vector<int64_t> tokens;         // resolved: --tokens, else powers of two tmin..tmax
+  int64_t hidden = 8192;               // the largest of `hiddens` (buffer and gamma capacity)
+  std::vector<int64_t> hiddens{8192};  // --hidden list; more than one only with --op quant
+  std::vector<QuantVariant> quant;     // --op quant: resolved from --quant x layouts x formats
   arfDataType_t dtype = arfBFloat16;
   std::vector<arfAlgorithm_t> algos;  // resolved from -a
   int iters = 20;

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "reference/cpu_reference.h"
 
@@ -84,10 +85,31 @@ std::string allocate_buffers(int rank, int64_t capacity_elems, int64_t hidden, a
   return err == cudaSuccess ? "" : cuda_message(err, "cudaStreamSynchronize");
 }
 
+std::string allocate_quant_buffers(int64_t quant_bytes, int64_t scale_bytes, cudaStream_t stream,
+                                   RankBuffers* b) {
+  for (auto [out, bytes] : {std::pair{&b->quant_out, quant_bytes}, {&b->scale_out, scale_bytes}}) {
+    // At least 16 bytes: a zero-byte cudaMalloc returns NULL, which would read as "not passed".
+    std::string why = alloc(std::max<int64_t>(bytes, 16), out);
+    if (!why.empty()) return why;
+    cudaError_t err = cudaMemsetAsync(*out, 0, std::max<int64_t>(bytes, 16), stream);
+    if (err != cudaSuccess) return cuda_message(err, "cudaMemsetAsync");
+  }
+  static const float kScaleIn[2] = {kStaticScale, kGlobalScale};  // static: read after return
+  std::string why = alloc(sizeof(kScaleIn), reinterpret_cast<void**>(&b->scale_in));
+  if (!why.empty()) return why;
+  cudaError_t err =
+      cudaMemcpyAsync(b->scale_in, kScaleIn, sizeof(kScaleIn), cudaMemcpyHostToDevice, stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  return err == cudaSuccess ? "" : cuda_message(err, "upload scale_in");
+}
+
 void free_buffers(RankBuffers* b) {
   for (void* p : b->input) cudaFree(p);
   for (void* p : b->residual_in) cudaFree(p);
-  for (void* p : {b->allreduce_out, b->residual_out, b->norm_out, b->gamma}) cudaFree(p);
+  for (void* p : {b->allreduce_out, b->residual_out, b->norm_out, b->gamma, b->quant_out,
+                  b->scale_out, static_cast<void*>(b->scale_in)}) {
+    cudaFree(p);
+  }
   *b = RankBuffers{};
 }
 
@@ -103,6 +125,15 @@ std::string download(const void* src, int64_t count, cudaStream_t stream,
   host->resize(count);
   cudaError_t err =
       cudaMemcpyAsync(host->data(), src, count * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  return err == cudaSuccess ? "" : cuda_message(err, "download");
+}
+
+std::string download_bytes(const void* src, int64_t bytes, cudaStream_t stream,
+                           std::vector<uint8_t>* host) {
+  host->resize(bytes);
+  if (bytes == 0) return "";
+  cudaError_t err = cudaMemcpyAsync(host->data(), src, bytes, cudaMemcpyDeviceToHost, stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
   return err == cudaSuccess ? "" : cuda_message(err, "download");
 }

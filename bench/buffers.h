@@ -30,6 +30,11 @@ struct RankBuffers {
   void* residual_out = nullptr;
   void* norm_out = nullptr;
   void* gamma = nullptr;
+  // --op quant only (allocate_quant_buffers): e4m3 / packed e2m1 output, scale output, and the two
+  // scale_in values [kStaticScale, kGlobalScale].
+  void* quant_out = nullptr;
+  void* scale_out = nullptr;
+  float* scale_in = nullptr;
 
   int num_sets() const { return static_cast<int>(input.size()); }
 };
@@ -53,10 +58,23 @@ std::string allocate_buffers(int rank, int64_t capacity_elems, int64_t hidden, a
                              RankBuffers* buffers);
 void free_buffers(RankBuffers* buffers);
 
+// What --op quant's per-tensor FP8 and NVFP4 calls read from scale_in (the same values as the GPU
+// tests, tests/gpu/quant_harness.h): norms of the random data are a few units, so 1/64 keeps most
+// FP8 values in range and saturates a few; 448 * 6 / 8 is the usual NVFP4 global scale for amax 8.
+inline constexpr float kStaticScale = 1.0f / 64.0f;
+inline constexpr float kGlobalScale = 448.0f * 6.0f / 8.0f;
+
+// Allocates the quant outputs (zeroed) and scale_in (uploaded) on the current device; called with
+// the other allocations, before any rank launches. Returns "" or the failure.
+std::string allocate_quant_buffers(int64_t quant_bytes, int64_t scale_bytes, cudaStream_t stream,
+                                   RankBuffers* buffers);
+
 // Host -> device copy of host.size() elements into dst, synchronous on `stream`.
 std::string upload(void* dst, const std::vector<uint16_t>& host, cudaStream_t stream);
 // Device -> host copy of `count` elements, synchronous on `stream`.
 std::string download(const void* src, int64_t count, cudaStream_t stream,
                      std::vector<uint16_t>* host);
+std::string download_bytes(const void* src, int64_t bytes, cudaStream_t stream,
+                           std::vector<uint8_t>* host);
 
 }  // namespace arf::bench

@@ -31,8 +31,17 @@ struct CallSpec {
   arfAlgorithm_t algorithm = arfAlgoAuto;
   int64_t tokens = 0;
   int64_t row_elems = 0;
+  // Quantized patterns (--op quant): scale storage, fallback level, and whether norm_out is passed
+  // (the bf16 side output); other patterns always get norm_out and ignore the rest.
+  arfScaleLayout_t scale_layout = arfScaleRowMajor;
+  arfScaleFormat_t scale_format = arfScaleFp32;
+  arfFallbackLevel_t fallback = arfFallbackAuto;
+  bool norm_side_output = true;
 
   int64_t elems() const { return tokens * row_elems; }
+  bool quantized() const { return pattern >= arfPatternResidualRmsNormFp8PerTensor; }
+  int64_t quant_bytes() const;  // quant_out extent: 1 byte per element, half a byte for FP4
+  int64_t scale_bytes() const;  // arfScaleBufferBytes (0 for per-tensor)
 };
 
 // The arguments of `spec` for this rank, reading input set `set` (rotation, see buffers.h).

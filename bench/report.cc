@@ -57,8 +57,20 @@ std::string virtual_note(const RankLayout& layout) {
 
 std::string row_label(const Row& row, Op op) {
   if (op == Op::kAllReduce) return std::to_string(row.bytes) + " B";
+  if (op == Op::kQuant) {
+    return row.variant + " " + std::to_string(row.tokens) + " tokens x " +
+           std::to_string(row.row_elems);
+  }
   return std::to_string(row.tokens) + " tokens";
 }
+
+std::string hidden_text(const BenchArgs& args) {
+  std::string text;
+  for (int64_t h : args.hiddens) text += (text.empty() ? "" : ",") + std::to_string(h);
+  return text;
+}
+
+constexpr int kQuantLabelWidth = 26;  // "fp8_group/row/ue8m0_packed"
 
 }  // namespace
 
@@ -69,9 +81,8 @@ void Report::print_header() const {
   std::printf("# arfusion-bench: arfusion %s%s%s, %s\n", header_.version.c_str(),
               header_.git_commit.empty() ? "" : " commit ", header_.git_commit.c_str(),
               header_.date.c_str());
-  std::printf("# op %s, dtype %s, hidden %lld, nranks %zu\n", op_name(args_.op),
-              dtype_name(args_.dtype), static_cast<long long>(args_.hidden),
-              header_.layout.devices.size());
+  std::printf("# op %s, dtype %s, hidden %s, nranks %zu\n", op_name(args_.op),
+              dtype_name(args_.dtype), hidden_text(args_).c_str(), header_.layout.devices.size());
   std::printf("# iters %d, warmup %d, ", args_.iters, args_.warmup_iters);
   if (args_.graph_replays > 0) {
     std::printf("cudagraph: %d replay(s) of %d captured calls per rank", args_.graph_replays,
@@ -101,6 +112,9 @@ void Report::print_header() const {
       break;
     case Op::kEpilogue:
       print_epilogue_header();
+      break;
+    case Op::kQuant:
+      print_quant_header();
       break;
   }
   std::fflush(stdout);
@@ -177,11 +191,15 @@ void Report::print_fused_row(const Row& row) const {
   std::printf(" %8s %8s\n", speedup.c_str(), wrong_text(s.wrong, s.failed).c_str());
 }
 
-void Report::print_epilogue_header() const {
+void Report::print_copy_bandwidth() const {
   std::printf(
       "# D2D copy bandwidth: %.1f GB/s (cudaMemcpyAsync of %.2f GiB, read + write bytes "
       "counted, median of 5)\n#\n",
       header_.copy_gbps, static_cast<double>(header_.copy_bytes) / (1 << 30));
+}
+
+void Report::print_epilogue_header() const {
+  print_copy_bandwidth();
   std::printf("#  tokens  hidden  bytes_moved      time  achieved   %%copy %*s   #wrong\n",
               kAlgoNameWidth, "algo");
   std::printf("#                          (B)      (us)    (GB/s)     (%%)\n");
@@ -199,6 +217,40 @@ void Report::print_epilogue_row(const Row& row) const {
               wrong_text(c.wrong, !c.error.empty() && !c.unsupported).c_str());
 }
 
+void Report::print_quant_header() const {
+  if (world1()) print_copy_bandwidth();
+  std::string names = "# " + std::string(kQuantLabelWidth - 2, ' ') + "  tokens  hidden";
+  std::string units = "# " + std::string(kQuantLabelWidth - 2, ' ') + "                ";
+  names.replace(2, 5, "quant");
+  for (const std::string& c : columns_) {
+    names += " " + right(c, time_width(c));
+    units += " " + right("(us)", time_width(c));
+  }
+  names += "    3k/1k";
+  units += "      (x)";
+  if (world1()) {
+    names += "   %copy";
+    units += "     (%)";
+  }
+  std::printf("%s   #wrong\n%s\n", names.c_str(), units.c_str());
+}
+
+void Report::print_quant_row(const Row& row) const {
+  std::printf("%-*s %7lld %7lld", kQuantLabelWidth, row.variant.c_str(),
+              static_cast<long long>(row.tokens), static_cast<long long>(row.row_elems));
+  for (const Cell& c : row.cells) {
+    std::printf(" %*s", time_width(c.column), cell_value(c, c.us, "%.2f").c_str());
+  }
+  const double speedup = quant_speedup(row);
+  std::printf(" %8s", std::isnan(speedup) ? "-" : format("%.2f", speedup).c_str());
+  if (world1()) {
+    const double pct = quant_pct_copy(row, header_.copy_gbps);
+    std::printf(" %7s", std::isnan(pct) ? "-" : format("%.1f", pct).c_str());
+  }
+  const RowSummary s = summarize(row, header_.nccl_label);
+  std::printf(" %8s\n", wrong_text(s.wrong, s.failed).c_str());
+}
+
 void Report::add_row(Row row) {
   rows_.push_back(std::move(row));
   switch (args_.op) {
@@ -210,6 +262,9 @@ void Report::add_row(Row row) {
       break;
     case Op::kEpilogue:
       print_epilogue_row(rows_.back());
+      break;
+    case Op::kQuant:
+      print_quant_row(rows_.back());
       break;
   }
   std::fflush(stdout);

@@ -9,6 +9,10 @@
 //             arfusion column), #wrong.
 //  epilogue:  tokens hidden bytes moved (read input + residual + gamma, write residual_out +
 //             norm_out) time(us) achieved GB/s and % of the D2D copy bandwidth printed above it.
+//  quant:     variant tokens hidden, then 3_kernels 2_kernels 1_kernel 1_kernel+bf16 (us), speedup
+//             3_kernels / 1_kernel, at world 1 the 1_kernel call's % of the D2D copy bandwidth
+//             (bytes: read input + residual + gamma, write residual_out + quant_out + scales),
+//             #wrong (the gate: quant_check.h).
 #pragma once
 
 #include <string>
@@ -38,6 +42,10 @@ class Report {
   void print_allreduce_header() const;
   void print_fused_header() const;
   void print_epilogue_header() const;
+  void print_copy_bandwidth() const;
+  void print_quant_header() const;
+  void print_quant_row(const Row& row) const;
+  bool world1() const { return header_.layout.devices.size() == 1; }
   void print_allreduce_row(const Row& row) const;
   void print_fused_row(const Row& row) const;
   void print_epilogue_row(const Row& row) const;

@@ -31,6 +31,7 @@ json header_json(const BenchArgs& a, const RunHeader& h, const std::vector<std::
             {"op", op_name(a.op)},
             {"dtype", dtype_name(a.dtype)},
             {"hidden", a.hidden},
+            {"hiddens", a.hiddens},
             {"world", h.layout.devices.size()},
             {"virtual_ranks", h.layout.virtual_ranks},
             {"max_ranks_per_device", h.layout.max_ranks_per_device},
@@ -48,7 +49,12 @@ json header_json(const BenchArgs& a, const RunHeader& h, const std::vector<std::
   if (!h.git_commit.empty()) j["git_commit"] = h.git_commit;
   const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   j["cuda_device_max_connections"] = connections != nullptr ? json(connections) : json(nullptr);
-  if (a.op == Op::kEpilogue) {
+  if (a.op == Op::kQuant) {
+    json variants = json::array();
+    for (const QuantVariant& v : a.quant) variants.push_back(quant_variant_label(v));
+    j["quant_variants"] = variants;
+  }
+  if (a.op == Op::kEpilogue || (a.op == Op::kQuant && h.layout.devices.size() == 1)) {
     j["copy_bandwidth_gbps"] = number(h.copy_gbps);
     j["copy_bytes"] = h.copy_bytes;
   }
@@ -68,6 +74,18 @@ json cell_json(const Cell& c, const Row& row, int world) {
           {"unsupported", c.unsupported},
           {"skipped", c.skipped},
           {"mismatch", c.note}};
+}
+
+// The quant row's figures under flat names, so a script need not search `results`.
+void add_quant_fields(const Row& row, const RunHeader& h, json* j) {
+  (*j)["quant"] = row.variant;
+  json times = json::object();
+  for (const Cell& c : row.cells) times[c.column] = number(c.us);
+  (*j)["times_us"] = times;
+  (*j)["speedup_3k_1k"] = number(quant_speedup(row));
+  if (h.layout.devices.size() != 1) return;
+  (*j)["bytes_moved"] = row.bytes_moved;
+  (*j)["pct_copy_bandwidth"] = number(quant_pct_copy(row, h.copy_gbps));
 }
 
 json row_json(const Row& row, const BenchArgs& a, const RunHeader& h) {
@@ -92,6 +110,7 @@ json row_json(const Row& row, const BenchArgs& a, const RunHeader& h) {
     j["auto_us"] = s.auto_cell != nullptr ? number(s.auto_cell->us) : json(nullptr);
     j["auto_algorithm"] = s.auto_cell != nullptr ? json(s.auto_cell->chosen) : json(nullptr);
   }
+  if (a.op == Op::kQuant) add_quant_fields(row, h, &j);
   if (a.op == Op::kEpilogue) {
     const Cell& c = row.cells.front();
     const int64_t moved = epilogue_bytes(row.tokens, row.row_elems, dtype_size(a.dtype));

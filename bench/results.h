@@ -24,7 +24,25 @@ struct Cell {
   bool skipped = false;      // not run: a communicator had failed earlier in the sweep
 };
 
+// --op quant's columns, in cell order: seed 002's fallback chain, each level forced, and level 1
+// again with the bf16 norm_out side output (keep_bf16). Levels 1-3 pass norm_out = NULL.
+struct QuantColumn {
+  const char* name;
+  arfFallbackLevel_t level;
+  bool norm_side_output;
+};
+inline constexpr QuantColumn kQuantColumns[] = {
+    {"3_kernels", arfFallbackThreeKernels, false},
+    {"2_kernels", arfFallbackTwoKernels, false},
+    {"1_kernel", arfFallbackOneKernel, false},
+    {"1_kernel+bf16", arfFallbackOneKernel, true},
+};
+inline constexpr int kQuant3k = 0;  // the cells the 3k/1k speedup and %copy use
+inline constexpr int kQuant1k = 2;
+
 struct Row {
+  std::string variant;      // --op quant: quant_variant_label, e.g. "fp8_group/mn/ue8m0"
+  int64_t bytes_moved = 0;  // --op quant: bytes the 1_kernel call moves at world 1
   int64_t tokens = 0;
   int64_t row_elems = 0;  // hidden (allreduce: the row width used to shape the flat count)
   int64_t count = 0;      // elements per rank

@@ -9,6 +9,7 @@
 
 #include "measure.h"
 #include "nccl_baseline.h"
+#include "quant_measure.h"
 #include "report.h"
 #include "session.h"
 
@@ -29,6 +30,7 @@ std::vector<CallSpec> sweep_shapes(const BenchArgs& args) {
     }
     return shapes;
   }
+  if (args.op == Op::kQuant) return quant_shapes(args);
   for (int64_t tokens : args.tokens) {
     CallSpec s;
     s.pattern = arfPatternResidualRmsNorm;
@@ -43,6 +45,22 @@ std::vector<CallSpec> sweep_shapes(const BenchArgs& args) {
 std::vector<arfAlgorithm_t> arf_columns(const BenchArgs& args) {
   if (args.op == Op::kEpilogue) return {arfAlgoAuto};
   return args.algos;
+}
+
+// Column names in cell order. --op quant's columns are fallback levels (the planner picks the
+// algorithm within each), not algorithms.
+std::vector<std::string> column_names(const BenchArgs& args) {
+  std::vector<std::string> names;
+  if (args.op == Op::kQuant) {
+    for (const QuantColumn& c : kQuantColumns) names.push_back(c.name);
+    return names;
+  }
+  for (arfAlgorithm_t algo : arf_columns(args)) names.push_back(arfAlgorithmName(algo));
+  return names;
+}
+
+bool measures_copy_bandwidth(const BenchArgs& args, const RunHeader& header) {
+  return args.op == Op::kEpilogue || (args.op == Op::kQuant && header.layout.devices.size() == 1);
 }
 
 arfCommConfig_t comm_config(const BenchArgs& args, const std::vector<CallSpec>& shapes) {
@@ -79,7 +97,9 @@ void describe_run(RunHeader* header) {
 // device and measure nothing a deployment runs.
 void setup_nccl(const BenchArgs& args, const arfCommConfig_t& config, NcclBaseline* nccl,
                 RunHeader* header) {
-  if (args.op == Op::kEpilogue || header->layout.devices.size() < 2) return;
+  // The quant op compares the fallback chain with itself; NCCL has no quantized epilogue.
+  if (args.op == Op::kEpilogue || args.op == Op::kQuant || header->layout.devices.size() < 2)
+    return;
   const arfPattern_t pattern =
       args.op == Op::kAllReduce ? arfPatternAllReduce : arfPatternResidualRmsNorm;
   std::string why = nccl->init(header->layout, pattern, config);
@@ -115,6 +135,7 @@ Cell skipped_cell(const std::string& column) {
 // row's remaining cells are marked skipped and *stopped says why; the caller ends the sweep.
 Row measure_row(BenchContext& ctx, const NcclBaseline* nccl, CallSpec spec, const TimingConfig& cfg,
                 uint64_t* calls, std::string* stopped) {
+  if (ctx.args->op == Op::kQuant) return measure_quant_row(ctx, spec, cfg, calls, stopped);
   Row row;
   row.tokens = spec.tokens;
   row.row_elems = spec.row_elems;
@@ -139,8 +160,8 @@ Row measure_row(BenchContext& ctx, const NcclBaseline* nccl, CallSpec spec, cons
 }  // namespace
 
 int run_bench(const BenchArgs& args) {
-  // Before any CUDA call, as the runtime reads it when it creates a context. Each stream is bound to
-  // one of this many hardware queues (default 8); virtual ranks whose streams share one can
+  // Before any CUDA call, as the runtime reads it when it creates a context. Each stream is bound
+  // to one of this many hardware queues (default 8); virtual ranks whose streams share one can
   // deadlock until the bounded wait expires: rank A's next kernel, queued behind A's spinning
   // kernel, blocks the peer kernel that A waits for (src/transport/local.h). 32, the most the
   // driver allows, makes a shared queue unlikely for up to 8 ranks (not guaranteed: the driver
@@ -155,7 +176,8 @@ int run_bench(const BenchArgs& args) {
   const std::vector<CallSpec> shapes = sweep_shapes(args);
   const arfCommConfig_t config = comm_config(args, shapes);
   Session session;
-  why = session.open(args, header.layout, config, capacity_elems(shapes));
+  why = session.open(args, header.layout, config, capacity_elems(shapes),
+                     args.op == Op::kQuant ? quant_scale_capacity(shapes) : 0);
   if (!why.empty()) {
     std::fprintf(stderr, "arfusion-bench: error: %s\n", why.c_str());
     return 2;
@@ -164,11 +186,10 @@ int run_bench(const BenchArgs& args) {
   header.num_input_sets = ctx.buffers[0].num_sets();
   NcclBaseline nccl;  // destroyed before the session: its communicators are independent of ours
   setup_nccl(args, config, &nccl, &header);
-  if (args.op == Op::kEpilogue) measure_copy_bandwidth(ctx, &header);
+  if (measures_copy_bandwidth(args, header)) measure_copy_bandwidth(ctx, &header);
   describe_run(&header);
 
-  std::vector<std::string> columns;
-  for (arfAlgorithm_t algo : arf_columns(args)) columns.push_back(arfAlgorithmName(algo));
+  std::vector<std::string> columns = column_names(args);
   if (!header.nccl_label.empty()) columns.push_back(header.nccl_label);
   Report report(args, header, columns);
   report.print_header();
@@ -199,10 +220,14 @@ int print_dry_run(const BenchArgs& args) {
               op_name(args.op), dtype_name(args.dtype), shapes.size(), config.max_tokens,
               config.max_hidden);
   std::printf("# columns:");
-  for (arfAlgorithm_t algo : arf_columns(args)) std::printf(" %s", arfAlgorithmName(algo));
+  for (const std::string& name : column_names(args)) std::printf(" %s", name.c_str());
   std::printf("\n# iters %d, warmup %d, cudagraph %d, check %d\n", args.iters, args.warmup_iters,
               args.graph_replays, args.check);
   for (const CallSpec& s : shapes) {
+    if (args.op == Op::kQuant) {
+      std::printf("%-26s ",
+                  quant_variant_label({s.pattern, s.scale_layout, s.scale_format}).c_str());
+    }
     std::printf("%12lld tokens x %6lld = %12lld elements\n", static_cast<long long>(s.tokens),
                 static_cast<long long>(s.row_elems), static_cast<long long>(s.elems()));
   }

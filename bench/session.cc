@@ -19,7 +19,8 @@ Session::~Session() {
 }
 
 std::string Session::open(const BenchArgs& args, const RankLayout& layout,
-                          const arfCommConfig_t& config, int64_t capacity_elems) {
+                          const arfCommConfig_t& config, int64_t capacity_elems,
+                          int64_t scale_bytes) {
   ctx_.args = &args;
   ctx_.layout = layout;
   const int world = static_cast<int>(layout.devices.size());
@@ -34,10 +35,10 @@ std::string Session::open(const BenchArgs& args, const RankLayout& layout,
   ctx_.pool = pool_.get();
   ctx_.streams.assign(world, nullptr);
   ctx_.buffers.resize(world);
-  return make_streams_and_buffers(capacity_elems);
+  return make_streams_and_buffers(capacity_elems, scale_bytes);
 }
 
-std::string Session::make_streams_and_buffers(int64_t capacity_elems) {
+std::string Session::make_streams_and_buffers(int64_t capacity_elems, int64_t scale_bytes) {
   const int world = ctx_.world();
   std::map<int, int> ranks_on;
   for (int dev : ctx_.layout.devices) ++ranks_on[dev];
@@ -58,6 +59,10 @@ std::string Session::make_streams_and_buffers(int64_t capacity_elems) {
     errors[rank] =
         allocate_buffers(rank, capacity_elems, ctx_.args->hidden, ctx_.args->dtype, num_sets,
                          with_residual, ctx_.streams[rank], &ctx_.buffers[rank]);
+    if (errors[rank].empty() && ctx_.args->op == Op::kQuant) {
+      errors[rank] = allocate_quant_buffers(capacity_elems, scale_bytes, ctx_.streams[rank],
+                                            &ctx_.buffers[rank]);
+    }
   });
   for (int r = 0; r < world; ++r) {
     if (!errors[r].empty()) return "rank " + std::to_string(r) + ": " + errors[r];

@@ -16,15 +16,16 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Creates everything for `layout`; buffers hold capacity_elems elements each. Returns "" or why
-  // not. Call once, from the main thread.
+  // Creates everything for `layout`; buffers hold capacity_elems elements each (--op quant: also
+  // quant_out of capacity_elems bytes and scale_out of scale_bytes). Returns "" or why not. Call
+  // once, from the main thread.
   std::string open(const BenchArgs& args, const RankLayout& layout, const arfCommConfig_t& config,
-                   int64_t capacity_elems);
+                   int64_t capacity_elems, int64_t scale_bytes = 0);
 
   BenchContext& context() { return ctx_; }
 
  private:
-  std::string make_streams_and_buffers(int64_t capacity_elems);
+  std::string make_streams_and_buffers(int64_t capacity_elems, int64_t scale_bytes);
 
   BenchContext ctx_;
   std::unique_ptr<RankPool> pool_;

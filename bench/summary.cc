@@ -26,4 +26,16 @@ RowSummary summarize(const Row& row, const std::string& nccl_label) {
   return s;
 }
 
+double quant_speedup(const Row& row) {
+  if (static_cast<int>(row.cells.size()) <= kQuant1k) return NAN;
+  const Cell& three = row.cells[kQuant3k];
+  const Cell& one = row.cells[kQuant1k];
+  return has_time(three) && has_time(one) ? three.us / one.us : NAN;
+}
+
+double quant_pct_copy(const Row& row, double copy_gbps) {
+  if (static_cast<int>(row.cells.size()) <= kQuant1k || !has_time(row.cells[kQuant1k])) return NAN;
+  return 100.0 * gbps(static_cast<double>(row.bytes_moved), row.cells[kQuant1k].us) / copy_gbps;
+}
+
 }  // namespace arf::bench

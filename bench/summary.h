@@ -22,4 +22,9 @@ RowSummary summarize(const Row& row, const std::string& nccl_label);
 
 bool has_time(const Cell& cell);
 
+// --op quant: 3_kernels / 1_kernel time, and the 1_kernel call's achieved bandwidth as a percent of
+// the D2D copy bandwidth (world 1); NaN when a cell has no time.
+double quant_speedup(const Row& row);
+double quant_pct_copy(const Row& row, double copy_gbps);
+
 }  // namespace arf::bench

@@ -261,6 +261,98 @@ TEST(BenchArgs, DryRunAndCapacity) {
   EXPECT_EQ(a.command_line, "arfusion-bench --dry-run --max-tokens 8192");
 }
 
+// ---- --op quant: seed 002's fallback-chain comparison (issue 3) ----
+
+using V = QuantVariant;
+constexpr arfPattern_t kTensor = arfPatternResidualRmsNormFp8PerTensor;
+constexpr arfPattern_t kToken = arfPatternResidualRmsNormFp8PerToken;
+constexpr arfPattern_t kGroup = arfPatternResidualRmsNormFp8PerGroup;
+constexpr arfPattern_t kNvfp4 = arfPatternResidualRmsNormNvfp4;
+constexpr arfPattern_t kMxfp4 = arfPatternResidualRmsNormMxfp4;
+
+TEST(BenchQuantArgs, DefaultsAreEveryPatternRowMajorFp32) {
+  const BenchArgs a = parse_ok({"--op", "quant"});
+  EXPECT_EQ(a.op, Op::kQuant);
+  EXPECT_STREQ(op_name(a.op), "quant");
+  EXPECT_EQ(a.tokens, powers_of_two(1, 4096));
+  EXPECT_EQ(a.hiddens, (std::vector<int64_t>{8192}));
+  EXPECT_EQ(a.hidden, 8192);
+  EXPECT_EQ(a.graph_replays, 1);
+  EXPECT_EQ(a.check, 1);
+  EXPECT_EQ(a.quant, (std::vector<V>{{kTensor, arfScaleRowMajor, arfScaleFp32},
+                                     {kToken, arfScaleRowMajor, arfScaleFp32},
+                                     {kGroup, arfScaleRowMajor, arfScaleFp32},
+                                     {kNvfp4, arfScaleRowMajor, arfScaleFp32},
+                                     {kMxfp4, arfScaleRowMajor, arfScaleFp32}}));
+  // Other ops resolve no quant variants.
+  EXPECT_TRUE(parse_ok({}).quant.empty());
+}
+
+TEST(BenchQuantArgs, HiddenList) {
+  const BenchArgs a = parse_ok({"--op", "quant", "--hidden", "7168,8192"});
+  EXPECT_EQ(a.hiddens, (std::vector<int64_t>{7168, 8192}));
+  EXPECT_EQ(a.hidden, 8192);  // buffers and gamma are sized for the largest
+  EXPECT_EQ(parse_ok({"--hidden", "4096"}).hiddens, (std::vector<int64_t>{4096}));
+  expect_rejected({"--hidden", "7168,8192"}, "needs --op quant");
+  expect_rejected({"--op", "quant", "--hidden", "8192,12"}, "multiple of 8");
+}
+
+TEST(BenchQuantArgs, LayoutsAndFormatsApplyWhereTheApiDefinesThem) {
+  const BenchArgs a =
+      parse_ok({"--op", "quant", "--quant", "fp8_token,fp8_group,nvfp4", "--scale-layout",
+                "row,mn,swizzled", "--scale-format", "fp32,ue8m0_packed"});
+  EXPECT_EQ(a.quant, (std::vector<V>{{kToken, arfScaleRowMajor, arfScaleFp32},
+                                     {kGroup, arfScaleRowMajor, arfScaleFp32},
+                                     {kGroup, arfScaleRowMajor, arfScaleUe8m0Packed},
+                                     {kGroup, arfScaleMnMajor, arfScaleFp32},
+                                     {kGroup, arfScaleMnMajor, arfScaleUe8m0Packed},
+                                     {kNvfp4, arfScaleRowMajor, arfScaleFp32},
+                                     {kNvfp4, arfScaleSwizzled128x4, arfScaleFp32}}));
+  const BenchArgs b = parse_ok(
+      {"--op", "quant", "--quant", "mxfp4,fp8_group,mxfp4", "--scale-layout", "swizzled,mn"});
+  EXPECT_EQ(b.quant, (std::vector<V>{{kMxfp4, arfScaleSwizzled128x4, arfScaleFp32},
+                                     {kGroup, arfScaleMnMajor, arfScaleFp32}}));
+  const BenchArgs c =
+      parse_ok({"--op", "quant", "--quant", "fp8_group", "--scale-format", "ue8m0"});
+  EXPECT_EQ(c.quant, (std::vector<V>{{kGroup, arfScaleRowMajor, arfScaleUe8m0AsFp32}}));
+}
+
+TEST(BenchQuantArgs, Labels) {
+  EXPECT_EQ(quant_variant_label({kTensor, arfScaleRowMajor, arfScaleFp32}), "fp8_tensor");
+  EXPECT_EQ(quant_variant_label({kToken, arfScaleRowMajor, arfScaleFp32}), "fp8_token");
+  EXPECT_EQ(quant_variant_label({kGroup, arfScaleMnMajor, arfScaleUe8m0Packed}),
+            "fp8_group/mn/ue8m0_packed");
+  EXPECT_EQ(quant_variant_label({kNvfp4, arfScaleSwizzled128x4, arfScaleFp32}), "nvfp4/swizzled");
+  EXPECT_EQ(quant_variant_label({kMxfp4, arfScaleRowMajor, arfScaleFp32}), "mxfp4/row");
+}
+
+TEST(BenchQuantArgs, UnknownNamesRejected) {
+  expect_rejected({"--op", "quant", "--quant", "fp8"}, "unknown quant pattern 'fp8'");
+  expect_rejected({"--op", "quant", "--quant", "nvfp4,FP8_GROUP"}, "'FP8_GROUP'");
+  expect_rejected({"--op", "quant", "--scale-layout", "col"}, "unknown name 'col'");
+  expect_rejected({"--op", "quant", "--scale-format", "e8m0"}, "unknown name 'e8m0'");
+  expect_rejected({"--op", "quantize"}, "--op");
+}
+
+TEST(BenchQuantArgs, CombinationsRejected) {
+  // A selected pattern that none of the listed layouts applies to.
+  expect_rejected({"--op", "quant", "--quant", "fp8_group", "--scale-layout", "swizzled"},
+                  "no listed layout applies to fp8_group");
+  expect_rejected({"--op", "quant", "--quant", "nvfp4", "--scale-layout", "mn"},
+                  "no listed layout applies to nvfp4");
+  // Hidden sizes a selected format cannot take: the same rule validation states.
+  expect_rejected({"--op", "quant", "--hidden", "2880"}, "fp8_group needs hidden % 128 == 0");
+  expect_rejected({"--op", "quant", "--quant", "nvfp4", "--hidden", "2056"},
+                  "nvfp4 needs hidden % 16 == 0");
+  EXPECT_EQ(parse_ok({"--op", "quant", "--quant", "fp8_token,mxfp4", "--hidden", "2880"}).quant,
+            (std::vector<V>{{kToken, arfScaleRowMajor, arfScaleFp32},
+                            {kMxfp4, arfScaleRowMajor, arfScaleFp32}}));
+  // Quant flags on another op would be ignored silently.
+  expect_rejected({"--quant", "nvfp4"}, "only with --op quant");
+  expect_rejected({"--op", "fused", "--scale-layout", "mn"}, "only with --op quant");
+  expect_rejected({"--op", "epilogue", "--scale-format", "ue8m0"}, "only with --op quant");
+}
+
 TEST(BenchArgs, DtypeHelpers) {
   EXPECT_EQ(dtype_size(arfBFloat16), 2u);
   EXPECT_EQ(dtype_size(arfFloat16), 2u);
