@@ -45,6 +45,11 @@ for stage in "${stages[@]}"; do
     allreduce)
       ./build/arfusion-bench --op allreduce -b 32K -e 64M -f 2 -G 1 -c 1 -J "$out/run/allreduce.json" 2>&1 \
         | tee "$out/run/allreduce.txt" | tail -25 ;;
+    quant)
+      # issue 3: seed 002's fallback-chain comparison per quant pattern, 8 virtual ranks and world 1.
+      ./build/arfusion-bench --op quant -J "$out/run/quant.json" 2>&1 | tee "$out/run/quant.txt" | tail -30
+      ./build/arfusion-bench --op quant --nranks 1 -J "$out/run/quant_w1.json" 2>&1 \
+        | tee "$out/run/quant_w1.txt" | tail -30 ;;
     stress)
       # issue 5: the refill soak, eager and with graphs (tools/stress/README.md).
       ./build/arfusion-stress -J "$out/run/soak.json" 2>&1 | tee "$out/run/soak.txt" | tail -15
