@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/protocol_model.h"
 #include "kernels/protocol_index.h"
 
 namespace arf::protocol {
@@ -25,41 +26,23 @@ uint32_t payload(int call, int rank, int elem) {
          static_cast<uint32_t>(elem);
 }
 
-struct ModelResult {
-  int wrong = 0;     // elements read that belong to another call
-  int timeouts = 0;  // bounded waits that expired
-};
+using model::HostPeerFlags;
+using model::ModelResult;
 
-// One CTA per rank: flags[dst][src] is the word src writes into dst's memory.
+// One CTA per rank.
 ModelResult run_pull_model(int world, int calls, int max_elems, bool end_barrier, uint64_t seed) {
-  std::vector<std::unique_ptr<std::atomic<uint32_t>[]>> buffers, flags;
+  std::vector<std::unique_ptr<std::atomic<uint32_t>[]>> buffers;
   for (int r = 0; r < world; ++r) {
     buffers.emplace_back(new std::atomic<uint32_t>[max_elems]);
-    flags.emplace_back(new std::atomic<uint32_t>[world]);
     for (int i = 0; i < max_elems; ++i) buffers[r][i].store(0);
-    for (int s = 0; s < world; ++s) flags[r][s].store(0);
   }
+  HostPeerFlags flags(world);
   std::vector<int> sizes(calls);
   std::mt19937_64 shapes(seed);
   for (int& n : sizes) n = 1 + static_cast<int>(shapes() % max_elems);  // same on every rank
 
   std::atomic<int> wrong{0}, timeouts{0};
-  auto barrier = [&](int me, uint32_t epoch) {
-    for (int peer = 0; peer < world; ++peer) {
-      if (peer != me) flags[peer][me].store(epoch, std::memory_order_release);
-    }
-    for (int peer = 0; peer < world; ++peer) {
-      if (peer == me) continue;
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!epoch_reached(flags[me][peer].load(std::memory_order_acquire), epoch)) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          timeouts.fetch_add(1);
-          return;
-        }
-        std::this_thread::yield();
-      }
-    }
-  };
+  auto barrier = [&](int me, uint32_t epoch) { flags.barrier(me, epoch, &timeouts); };
   auto rank_main = [&](int me) {
     std::mt19937_64 rng(seed * 31 + me);
     uint32_t epoch = 0;

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/protocol_model.h"
 #include "kernels/protocol_index.h"
 
 namespace arf::protocol {
@@ -35,36 +36,20 @@ using Inbox = std::unique_ptr<std::atomic<uint32_t>[]>;
 
 struct TwoshotModel {
   int world, max_elems;
-  std::vector<Inbox> scatter, gather, flags;  // scatter[owner][src * max_elems + j]
+  std::vector<Inbox> scatter, gather;  // scatter[owner][src * max_elems + j]
+  model::HostPeerFlags flags;
   std::atomic<int> wrong{0}, timeouts{0};
 
-  TwoshotModel(int w, int n) : world(w), max_elems(n) {
+  TwoshotModel(int w, int n) : world(w), max_elems(n), flags(w) {
     for (int r = 0; r < w; ++r) {
       scatter.emplace_back(new std::atomic<uint32_t>[static_cast<size_t>(w) * n]);
       gather.emplace_back(new std::atomic<uint32_t>[n]);
-      flags.emplace_back(new std::atomic<uint32_t>[w]);
       for (int i = 0; i < w * n; ++i) scatter[r][i].store(0);
       for (int i = 0; i < n; ++i) gather[r][i].store(0);
-      for (int s = 0; s < w; ++s) flags[r][s].store(0);
     }
   }
 
-  void barrier(int me, uint32_t epoch) {
-    for (int peer = 0; peer < world; ++peer) {
-      if (peer != me) flags[peer][me].store(epoch, std::memory_order_release);
-    }
-    for (int peer = 0; peer < world; ++peer) {
-      if (peer == me) continue;
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!epoch_reached(flags[me][peer].load(std::memory_order_acquire), epoch)) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          timeouts.fetch_add(1);
-          return;
-        }
-        std::this_thread::yield();
-      }
-    }
-  }
+  void barrier(int me, uint32_t epoch) { flags.barrier(me, epoch, &timeouts); }
 
   void call(int me, int call, int n, bool gather_barrier, uint32_t epoch, std::mt19937_64& rng) {
     const int part = twoshot_part_vecs(n, world);
@@ -96,9 +81,7 @@ struct TwoshotModel {
   }
 };
 
-struct ModelResult {
-  int wrong, timeouts;
-};
+using model::ModelResult;
 
 ModelResult run_twoshot_model(int world, int calls, int max_elems, bool gather_barrier, uint64_t seed) {
   TwoshotModel m(world, max_elems);
