@@ -52,8 +52,8 @@ for stage in "${stages[@]}"; do
         | tee "$out/run/quant_w1.txt" | tail -30 ;;
     stress)
       # issue 5: the refill soak, eager and with graphs (tools/stress/README.md).
-      ./build/arfusion-stress -J "$out/run/soak.json" 2>&1 | tee "$out/run/soak.txt" | tail -15
-      ./build/arfusion-stress -G 8 --window 4 -J "$out/run/soak_graphs.json" 2>&1 \
+      ./build/arfusion-stress --seconds 60 -J "$out/run/soak.json" 2>&1 | tee "$out/run/soak.txt" | tail -15
+      ./build/arfusion-stress --seconds 60 -G 8 --window 4 -J "$out/run/soak_graphs.json" 2>&1 \
         | tee "$out/run/soak_graphs.txt" | tail -15 ;;
     negative)
       # issue 5: each negative control must be DETECTED (builds build-nc on the device: minutes).
