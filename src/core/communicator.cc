@@ -306,6 +306,18 @@ Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const Ker
   return Status::ok();
 }
 
+Status Communicator::check_same_call(const local::CallSignature& signature) {
+  Status same = group_->record_call(rank_, calls_issued_, signature);
+  if (!same.is_ok()) {
+    // The ranks no longer issue the same calls: peers may already wait for this one.
+    failed_ = true;
+    failure_ = same;
+    return same;
+  }
+  ++calls_issued_;
+  return Status::ok();
+}
+
 namespace {
 // Refuses work on a failed communicator; the first call to see a device error fails it.
 Status check_healthy(bool failed, const Status& failure) {
@@ -323,6 +335,14 @@ Status Communicator::fused_allreduce(const arfFusedArgs_t& caller_args, cudaStre
   Result<Plan> plan = this->plan(args);  // validates
   if (!plan.is_ok()) return plan.status();
   if (args.num_tokens == 0) return Status::ok();
+  local::CallSignature signature;
+  signature.pattern = static_cast<int>(args.pattern);
+  signature.algorithm = static_cast<int>(args.algorithm);
+  signature.fallback = static_cast<int>(args.fallback);
+  signature.dtype = static_cast<int>(args.dtype);
+  signature.num_elems = static_cast<int64_t>(args.num_tokens * args.hidden);
+  signature.row_elems = static_cast<int64_t>(args.hidden);
+  ARF_RETURN_IF_ERROR(check_same_call(signature));
 
   KernelParams p = base_params_;
   p.num_elems = static_cast<int64_t>(args.num_tokens * args.hidden);
@@ -372,6 +392,12 @@ Status Communicator::allreduce(const void* in, void* out, size_t count, arfDataT
   Result<Plan> plan = make_plan(shape, facts_);
   if (!plan.is_ok()) return plan.status();
   if (count == 0) return Status::ok();
+  local::CallSignature signature;
+  signature.pattern = static_cast<int>(Pattern::kAllReduce);
+  signature.dtype = static_cast<int>(dtype);
+  signature.num_elems = elems;
+  signature.row_elems = shape.row_elems;
+  ARF_RETURN_IF_ERROR(check_same_call(signature));
 
   KernelParams p = base_params_;
   p.num_elems = elems;

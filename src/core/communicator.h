@@ -65,6 +65,8 @@ class Communicator {
 
  private:
   Communicator() = default;
+  // Same call on every rank (local::CallSignatureLog): a mismatch fails the communicator.
+  Status check_same_call(const local::CallSignature& signature);
   Status launch_checked(const Plan& plan, Pattern pattern, const KernelParams& params,
                         cudaStream_t stream);
 
@@ -79,6 +81,7 @@ class Communicator {
   KernelParams base_params_{};  // everything but the call's shape and tensors, built once
   PointerCheck pointer_check_;
   Plan last_plan_;
+  uint64_t calls_issued_ = 0;      // calls with tokens, for the cross-rank signature check
   uint64_t kernels_enqueued_ = 0;  // launched kernels, for the virtual-rank enqueue order (local.h)
   double timeout_seconds_ = 0;   // bound of device waits and of the enqueue-order wait
   bool failed_ = false;

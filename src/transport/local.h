@@ -18,6 +18,7 @@
 
 #include "arfusion/arfusion.h"
 #include "core/status.h"
+#include "transport/call_signature.h"
 #include "kernels/kernel_params.h"
 #include "transport/workspace.h"
 
@@ -63,12 +64,19 @@ class LocalGroup {
   // Records that `rank` has enqueued `calls` kernels. Thread-safe, never blocks.
   void mark_enqueued(int rank, uint64_t calls);
 
+  // Every rank's call i must have the same signature (call_signature.h): InvalidArgument naming
+  // both ranks when not. Thread-safe; calls with no tokens are not recorded (they are no-ops).
+  Status record_call(int rank, uint64_t call_index, const CallSignature& signature) {
+    return calls_.record(rank, call_index, signature);
+  }
+
  private:
   std::mutex mu_;
   std::vector<RankInfo> infos_;
   std::vector<bool> left_;
   int live_ranks_ = 0;
   std::vector<std::vector<int>> device_mates_;        // per rank: the other ranks on its device
+  CallSignatureLog calls_;
   std::unique_ptr<std::atomic<uint64_t>[]> enqueued_;  // per rank: calls enqueued so far
 };
 
