@@ -21,7 +21,10 @@
  *    cudaDeviceSynchronize, synchronous cudaMemcpy, graph instantiation) while a peer's collective is
  *    in flight waits for that kernel, which waits for this rank: a deadlock until the bounded wait
  *    expires. Allocate before issuing collectives, and let every rank issue its calls before any
- *    rank synchronizes the device. Ranks on distinct GPUs are not affected.
+ *    rank synchronizes the device. Ranks on distinct GPUs are not affected. The library keeps ranks
+ *    sharing a GPU in step kernel by kernel (streams share a few hardware queues); CUDA graph launches
+ *    are the caller's to order likewise. CUDA_DEVICE_MAX_CONNECTIONS=32 in the environment (set
+ *    before CUDA initialises) makes queue sharing rarer; the tests and tools set it.
  *  - CUDA graphs: operations may be captured and replayed. Nothing is registered per tensor: the
  *    kernels copy inputs into the communicator's own workspace, and protocol state lives on device.
  */
