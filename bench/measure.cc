@@ -5,22 +5,27 @@
 
 namespace arf::bench {
 
-Cell measure_algorithm(BenchContext& ctx, const CallSpec& spec, const TimingConfig& cfg,
-                       uint64_t* call) {
+Cell planned_cell(BenchContext& ctx, const CallSpec& spec, const char* column, arfPlan_t* plan) {
   Cell cell;
-  cell.column = arfAlgorithmName(spec.algorithm);
-  // arfPlan is pure and rank-symmetric, so rank 0's answer is every rank's; asking first keeps a
-  // refused forced algorithm from ever launching.
+  cell.column = column;
   const arfFusedArgs_t args = make_fused_args(spec, ctx.buffers[0], 0);
-  arfPlan_t plan;
-  arfStatus_t st = arfPlan(ctx.comms[0], &args, &plan);
+  const arfStatus_t st = arfPlan(ctx.comms[0], &args, plan);
   if (st != arfSuccess) {
     cell.unsupported = st == arfUnsupported;
     cell.error = std::string(arfGetStatusString(st)) + ": " + arfGetLastErrorString();
     return cell;
   }
-  cell.chosen = arfAlgorithmName(plan.algorithm);
-  cell.reason = plan.reason;
+  cell.chosen = arfAlgorithmName(plan->algorithm);
+  cell.reason = plan->reason;
+  return cell;
+}
+
+Cell measure_algorithm(BenchContext& ctx, const CallSpec& spec, const TimingConfig& cfg,
+                       uint64_t* call) {
+  // Planning first keeps a refused forced algorithm from ever launching.
+  arfPlan_t plan;
+  Cell cell = planned_cell(ctx, spec, arfAlgorithmName(spec.algorithm), &plan);
+  if (!cell.error.empty()) return cell;
   if (ctx.args->check != 0) {
     CheckResult check = check_call(ctx, spec, ++*call);
     cell.wrong = check.wrong;

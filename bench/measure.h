@@ -11,6 +11,11 @@
 
 namespace arf::bench {
 
+// Asks arfPlan (pure and rank-symmetric, so rank 0's answer is every rank's) for the cell's call
+// before anything launches: fills column, chosen algorithm and reason, or the error (unsupported
+// when the plan refuses a forced choice). *plan receives the plan when it succeeds.
+Cell planned_cell(BenchContext& ctx, const CallSpec& spec, const char* column, arfPlan_t* plan);
+
 // `call` numbers the checks of a run so that each one gets fresh data.
 Cell measure_algorithm(BenchContext& ctx, const CallSpec& spec, const TimingConfig& cfg,
                        uint64_t* call);

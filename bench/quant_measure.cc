@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "measure.h"
 #include "quant_check.h"
 
 namespace arf::bench {
@@ -19,18 +20,9 @@ CallSpec column_spec(const CallSpec& shape, const QuantColumn& column) {
 // refused level from ever launching. A plan that runs another level than the forced one would
 // mislabel the column, so it is an error rather than a time.
 Cell plan_cell(BenchContext& ctx, const CallSpec& spec, const char* column) {
-  Cell cell;
-  cell.column = column;
-  const arfFusedArgs_t args = make_fused_args(spec, ctx.buffers[0], 0);
   arfPlan_t plan;
-  const arfStatus_t st = arfPlan(ctx.comms[0], &args, &plan);
-  if (st != arfSuccess) {
-    cell.unsupported = st == arfUnsupported;
-    cell.error = std::string(arfGetStatusString(st)) + ": " + arfGetLastErrorString();
-    return cell;
-  }
-  cell.chosen = arfAlgorithmName(plan.algorithm);
-  cell.reason = plan.reason;
+  Cell cell = planned_cell(ctx, spec, column, &plan);
+  if (!cell.error.empty()) return cell;
   if (plan.fallback_level != static_cast<int>(spec.fallback)) {
     cell.error = "plan reports fallback level " + std::to_string(plan.fallback_level);
   }
