@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/launch.h"
+#include "cpu/plan_test_util.h"
 #include "policy/policy.h"
 #include "transport/workspace.h"
 
@@ -36,12 +37,6 @@ CallShape fused(int64_t tokens, int hidden, Algorithm requested = Algorithm::kAu
   s.row_elems = hidden;
   s.num_rows = tokens;
   return s;
-}
-
-Plan plan_ok(const CallShape& shape, const StaticFacts& facts) {
-  Result<Plan> r = make_plan(shape, facts);
-  EXPECT_TRUE(r.is_ok()) << r.status().message();
-  return r.is_ok() ? r.value() : Plan{};
 }
 
 TEST(BlockThreads, HiddenSizesOfRealModels) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/launch.h"
+#include "cpu/plan_test_util.h"
 #include "policy/policy.h"
 
 namespace arf {
@@ -38,12 +39,6 @@ CallShape quant_call(Pattern pattern, int64_t tokens, int hidden,
   s.row_elems = hidden;
   s.num_rows = tokens;
   return s;
-}
-
-Plan plan_ok(const CallShape& shape, const StaticFacts& facts) {
-  Result<Plan> r = make_plan(shape, facts);
-  EXPECT_TRUE(r.is_ok()) << r.status().message();
-  return r.is_ok() ? r.value() : Plan{};
 }
 
 void expect_error(const CallShape& shape, const StaticFacts& facts, arfStatus_t code,
