@@ -27,6 +27,13 @@ if [[ -n $configured && ! -e $configured ]]; then
   mkdir -p "$(dirname "$configured")" && ln -s "$PWD/build" "$configured"
 fi
 
+# A stage's commands may be bounded so one device call fits its limit: ARF_LIMIT_<stage>=SECONDS
+# (e.g. ARF_LIMIT_gpu=300) stops that stage's commands after so many seconds (SIGINT, then KILL).
+bounded() {
+  local limit_var="ARF_LIMIT_$stage"
+  if [[ -n ${!limit_var:-} ]]; then timeout --signal=INT --kill-after=15 "${!limit_var}" "$@"; else "$@"; fi
+}
+
 for stage in "${stages[@]}"; do
   echo "=== stage $stage ($(date -u +%H:%M:%S))"
   case $stage in
@@ -35,25 +42,25 @@ for stage in "${stages[@]}"; do
         > "$out/run/env.txt" 2>&1
       head -20 "$out/run/env.txt" ;;
     gpu)
-      ctest --test-dir "${configured:-build}" -L gpu --output-on-failure 2>&1 | tee "$out/run/ctest_gpu.log" | tail -15
+      bounded ctest --test-dir "${configured:-build}" -L gpu --output-on-failure 2>&1 | tee "$out/run/ctest_gpu.log" | tail -15
       grep -E "PASSED|FAILED|tests passed" "$out/run/ctest_gpu.log" | tail -3 ;;
     bench)
-      ./build/arfusion-bench -J "$out/run/fused_default.json" 2>&1 | tee "$out/run/fused_default.txt" | tail -30 ;;
+      bounded ./build/arfusion-bench -J "$out/run/fused_default.json" 2>&1 | tee "$out/run/fused_default.txt" | tail -30 ;;
     world1)
-      bash scripts/bench_world1.sh "$out/run/world1" > "$out/run/world1.log" 2>&1
+      bounded bash scripts/bench_world1.sh "$out/run/world1" > "$out/run/world1.log" 2>&1
       tail -40 "$out/run/world1/compare_world1.txt" 2>/dev/null || tail -30 "$out/run/world1.log" ;;
     allreduce)
-      ./build/arfusion-bench --op allreduce -b 32K -e 64M -f 2 -G 1 -c 1 -J "$out/run/allreduce.json" 2>&1 \
+      bounded ./build/arfusion-bench --op allreduce -b 32K -e 64M -f 2 -G 1 -c 1 -J "$out/run/allreduce.json" 2>&1 \
         | tee "$out/run/allreduce.txt" | tail -25 ;;
     quant)
       # issue 3: seed 002's fallback-chain comparison per quant pattern, 8 virtual ranks and world 1.
-      ./build/arfusion-bench --op quant -J "$out/run/quant.json" 2>&1 | tee "$out/run/quant.txt" | tail -30
-      ./build/arfusion-bench --op quant --nranks 1 -J "$out/run/quant_w1.json" 2>&1 \
+      bounded ./build/arfusion-bench --op quant -J "$out/run/quant.json" 2>&1 | tee "$out/run/quant.txt" | tail -30
+      bounded ./build/arfusion-bench --op quant --nranks 1 -J "$out/run/quant_w1.json" 2>&1 \
         | tee "$out/run/quant_w1.txt" | tail -30 ;;
     stress)
       # issue 5: the refill soak, eager and with graphs (tools/stress/README.md).
-      ./build/arfusion-stress --seconds 60 -J "$out/run/soak.json" 2>&1 | tee "$out/run/soak.txt" | tail -15
-      ./build/arfusion-stress --seconds 60 -G 8 --window 4 -J "$out/run/soak_graphs.json" 2>&1 \
+      bounded ./build/arfusion-stress --seconds "${ARF_SOAK_SECONDS:-60}" -J "$out/run/soak.json" 2>&1 | tee "$out/run/soak.txt" | tail -15
+      bounded ./build/arfusion-stress --seconds "${ARF_SOAK_SECONDS:-60}" -G 8 --window 4 -J "$out/run/soak_graphs.json" 2>&1 \
         | tee "$out/run/soak_graphs.txt" | tail -15 ;;
     negative)
       # issue 5: each negative control must be DETECTED (builds build-nc on the device: minutes).
