@@ -243,10 +243,11 @@ Status LocalGroup::wait_enqueue_turn(int rank, uint64_t call, double timeout_sec
     while (enqueued_[mate].load(std::memory_order_acquire) < call) {
       if (Clock::now() > deadline) {
         return Status(arfTimeout,
-                      "rank " + std::to_string(rank) + " waited " + seconds(timeout_seconds) +
-                          " s for rank " + std::to_string(mate) + " (same device " +
-                          std::to_string(infos_[rank].device) + ") to enqueue call " +
-                          std::to_string(call - 1) + "; every rank must issue the same calls");
+                      "timeout: rank " + std::to_string(rank) + " waited " + seconds(timeout_seconds) +
+                          " s for peer " + std::to_string(mate) + " (same device " +
+                          std::to_string(infos_[rank].device) + ") in phase host_enqueue: it has not "
+                          "enqueued call " + std::to_string(call - 1) +
+                          "; every rank must issue the same calls");
       }
       std::this_thread::yield();
     }

@@ -127,7 +127,7 @@ TEST(EnqueueOrder, VirtualRanksWaitForDeviceMatesOnly) {
   EXPECT_TRUE(group.wait_enqueue_turn(0, 0, 0.05).is_ok());  // call 0 never waits
   const Status late = group.wait_enqueue_turn(0, 1, 0.05);   // rank 1 has not enqueued call 0
   EXPECT_EQ(late.code(), arfTimeout);
-  EXPECT_NE(late.message().find("for rank 1 (same device 0) to enqueue call 0"), std::string::npos)
+  EXPECT_NE(late.message().find("for peer 1 (same device 0) in phase host_enqueue: it has not enqueued call 0"), std::string::npos)
       << late.message();
   group.mark_enqueued(1, 1);
   EXPECT_TRUE(group.wait_enqueue_turn(0, 1, 0.05).is_ok());

@@ -63,7 +63,15 @@ TEST_P(Timeout, MissingRankFailsItsPeersWithinTheBound) {
   for (int r = 0; r < world_size; ++r) {
     if (r == skipper) continue;
     SCOPED_TRACE("rank " + std::to_string(r));
-    EXPECT_EQ(launched[r], arfSuccess);
+    // Ranks sharing a GPU enqueue each kernel in rank order (arfusion.h, virtual ranks), so a
+    // call of several kernels (unfused) may be stopped on the host before its second kernel by
+    // the bounded wait for the missing rank's first: launch then returns arfTimeout, and the
+    // report below names the peer and the phase (host_enqueue) all the same.
+    if (algorithm == arfAlgoUnfused && launched[r] == arfTimeout) {
+      EXPECT_NE(message[r].find("host_enqueue"), std::string::npos) << message[r];
+    } else {
+      EXPECT_EQ(launched[r], arfSuccess);
+    }
     // The kernel must exit cleanly (no trap): a trap would poison the context of every rank.
     EXPECT_EQ(synced[r], cudaSuccess) << cudaGetErrorString(synced[r]);
     EXPECT_GE(elapsed[r], 0.8 * kTimeoutSeconds) << "gave up before the bound";
