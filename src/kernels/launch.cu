@@ -8,7 +8,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "core/cuda_check.h"
+#include "kernels/kernel_params.h"
 #include "kernels/vec.cuh"
 
 namespace arf {
@@ -24,6 +27,12 @@ template <typename T, PatternGroup kGroup>
 Status preload_local_epilogue();
 
 namespace {
+
+// The second kernel of a split call waits for nobody and keeps no per-CTA state, so it gets one CTA
+// per row whatever the first kernel's co-residency cap (rows are independent: same bits).
+int epilogue_grid(const KernelParams& params) {
+  return static_cast<int>(std::clamp<int64_t>(params.num_rows, 1, kMaxProtocolFreeGrid));
+}
 
 template <typename T, PatternGroup kGroup>
 Status launch_allreduce_in_group(Algorithm algorithm, int grid, int block, Pattern pattern,
@@ -74,7 +83,7 @@ Status launch_unfused(const Plan& plan, Pattern pattern, const KernelParams& par
   if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
   KernelParams epilogue = params;
   epilogue.input = ar.allreduce_out;
-  return launch_epilogue_kernel<T>(plan.grid, plan.block, pattern, epilogue, stream);
+  return launch_epilogue_kernel<T>(epilogue_grid(epilogue), plan.block, pattern, epilogue, stream);
 }
 
 // Level 2: the fused all-reduce + residual + RMSNorm kernel writes the norm (into norm_out, or the
@@ -89,7 +98,8 @@ Status launch_level2(const Plan& plan, Pattern pattern, const KernelParams& para
   if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
   KernelParams quant = params;
   quant.input = norm.norm_out;
-  return launch_local_epilogue<T, PatternGroup::kQuantOnly>(plan.grid, plan.block, pattern, quant, stream);
+  return launch_local_epilogue<T, PatternGroup::kQuantOnly>(epilogue_grid(quant), plan.block, pattern, quant,
+                                                            stream);
 }
 
 template <typename T>

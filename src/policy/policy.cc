@@ -98,6 +98,19 @@ Result<Plan> choose_auto(const CallShape& shape, const StaticFacts& facts) {
     plan.reason = "world 1: epilogue only, no communication";
     return plan;
   }
+  // Ranks sharing a device (virtual ranks) have no links between them: every push goes through the
+  // one HBM and every rank's CTAs share its SMs. Lamport writes world-1 copies of the input plus a
+  // clear, two-shot about two; measured on one H200 at 8 virtual ranks (bench/results/
+  // 2026-11-29-run2-53637fb) two-shot is faster at every token count, so it is taken whenever it can
+  // run. The facts are identical on every rank, so the choice is too.
+  std::string twoshot_why;
+  const bool twoshot_ok = algorithm_feasible(Algorithm::kTwoshot, shape, facts, &twoshot_why);
+  if (facts.max_ranks_per_device > 1 && twoshot_ok) {
+    plan.algorithm = Algorithm::kTwoshot;
+    plan.reason = "auto: " + std::to_string(facts.max_ranks_per_device) +
+                  " ranks share a device (no links: oneshot's pushes all cross one HBM) -> twoshot";
+    return plan;
+  }
   const int64_t bytes = shape.num_elems * static_cast<int64_t>(dtype_bytes(shape.dtype));
   const int64_t limit = oneshot_limit_bytes(facts.world);
   const std::string world_str = " at world " + std::to_string(facts.world);
@@ -110,8 +123,8 @@ Result<Plan> choose_auto(const CallShape& shape, const StaticFacts& facts) {
   const std::string why_not_oneshot =
       lamport_ok ? format_bytes(bytes) + "/rank > " + format_bytes(limit) + " oneshot limit" + world_str
                  : "oneshot_lamport infeasible (" + lamport_why + ")";
-  std::string twoshot_why, pull_why;
-  if (algorithm_feasible(Algorithm::kTwoshot, shape, facts, &twoshot_why)) {
+  std::string pull_why;
+  if (twoshot_ok) {
     plan.algorithm = Algorithm::kTwoshot;
     plan.reason = "auto: " + why_not_oneshot + " -> twoshot";
     return plan;
@@ -144,6 +157,11 @@ int co_resident_grid_cap(const StaticFacts& facts) {
   const int ranks = std::max(1, facts.max_ranks_per_device);
   const int64_t cap = static_cast<int64_t>(kMinCtasPerSm) * facts.min_sm_count / ranks;
   return static_cast<int>(std::clamp<int64_t>(cap, 1, kMaxCtas));
+}
+
+int grid_cap(const Plan& plan, const StaticFacts& facts) {
+  const bool protocol_free = facts.world == 1 && plan.inner_allreduce == Algorithm::kOneshotLamport;
+  return protocol_free ? kMaxProtocolFreeGrid : co_resident_grid_cap(facts);
 }
 
 bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const StaticFacts& facts,
@@ -294,7 +312,7 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts) {
   if (is_quant_pattern(shape.pattern)) apply_quant_level(shape, &plan);
   // One CTA per row at most; every rank derives the same numbers from the same inputs.
   const int64_t rows = std::max<int64_t>(shape.num_rows, 1);
-  plan.grid = static_cast<int>(std::min<int64_t>(rows, co_resident_grid_cap(facts)));
+  plan.grid = static_cast<int>(std::min<int64_t>(rows, grid_cap(plan, facts)));
   plan.block = block_threads_for_row(shape.row_elems);
   return plan;
 }

@@ -11,6 +11,13 @@ namespace arf {
 // kMinCtasPerSm * min_sm_count / max_ranks_per_device, clamped to [1, kMaxCtas].
 int co_resident_grid_cap(const StaticFacts& facts);
 
+// The grid cap of a plan. Kernels that wait for peers or keep per-CTA protocol state (epochs and
+// flags indexed by CTA) are held to co_resident_grid_cap. At world 1 a Lamport plan (and an
+// unfused one whose inner all-reduce is Lamport) runs no protocol at all, so it gets one CTA per
+// row (kMaxProtocolFreeGrid at most): the hardware then overlaps one row's loads with another's
+// reduction, where a capped grid walks its rows one after the other.
+int grid_cap(const Plan& plan, const StaticFacts& facts);
+
 // Whether `algorithm` can run this shape on this communicator (capacity of its buffers, world size).
 // On false, *why says which limit.
 bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const StaticFacts& facts,

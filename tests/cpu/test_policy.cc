@@ -91,8 +91,8 @@ class AutoBoundary : public ::testing::TestWithParam<Boundary> {};
 
 TEST_P(AutoBoundary, OneshotUpToLimitTwoshotAbove) {
   const auto [world, tokens] = GetParam();
-  for (int per_device : {1, world}) {  // one rank per GPU, or all ranks on one GPU
-    const StaticFacts f = facts_for(world, per_device);
+  {
+    const StaticFacts f = facts_for(world, 1);  // one rank per GPU
     const Plan at = plan_ok(fused(tokens, 8192), f);
     EXPECT_EQ(at.algorithm, Algorithm::kOneshotLamport) << at.reason;
     const Plan above = plan_ok(fused(tokens + 1, 8192), f);
@@ -107,6 +107,19 @@ TEST_P(AutoBoundary, OneshotUpToLimitTwoshotAbove) {
     flat.num_elems = limit_elems + 8;
     flat.num_rows = tokens + 1;
     EXPECT_EQ(plan_ok(flat, f).algorithm, Algorithm::kTwoshot);
+  }
+}
+
+// Ranks sharing a GPU: two-shot at every size it can run (policy.cc, choose_auto), with the reason.
+TEST_P(AutoBoundary, SharedDeviceTakesTwoshot) {
+  const auto [world, tokens] = GetParam();
+  for (int per_device : {2, world}) {
+    const StaticFacts f = facts_for(world, per_device);
+    for (int64_t t : {int64_t{1}, tokens, tokens + 1, int64_t{1000}}) {
+      const Plan p = plan_ok(fused(t, 8192), f);
+      EXPECT_EQ(p.algorithm, Algorithm::kTwoshot) << p.reason;
+      EXPECT_NE(p.reason.find("share a device"), std::string::npos) << p.reason;
+    }
   }
 }
 
@@ -183,6 +196,17 @@ TEST(Grid, OneCtaPerRowUpToTheCap) {
   EXPECT_EQ(plan_ok(fused(0, 4096), facts_for(8, 1)).grid, 1);  // no-op calls still plan
 }
 
+// World 1 runs no protocol with Lamport (or unfused over Lamport): one CTA per row, uncapped.
+// Forced pull and twoshot keep their per-CTA barrier state, hence the cap, even at world 1.
+TEST(Grid, WorldOneLamportIsUncapped) {
+  const StaticFacts f = facts_for(1, 1, 16384);
+  EXPECT_EQ(plan_ok(fused(16384, 4096), f).grid, 16384);
+  EXPECT_EQ(plan_ok(fused(16384, 4096, Algorithm::kUnfused), f).grid, 16384);
+  EXPECT_EQ(plan_ok(fused(16384, 4096, Algorithm::kTwoshot), f).grid, co_resident_grid_cap(f));
+  EXPECT_EQ(plan_ok(fused(16384, 4096, Algorithm::kOneshotPull), f).grid, co_resident_grid_cap(f));
+  EXPECT_EQ(plan_ok(fused(3000, 4096), facts_for(2, 1, 16384)).grid, co_resident_grid_cap(facts_for(2, 1)));
+}
+
 // Fuzz: random communicators and shapes. For each, the plan is computed as every rank would (from
 // its own copy of the agreed facts) and must be identical; invariants on feasibility, grid, block
 // and workspace capacity must hold.
@@ -232,8 +256,9 @@ TEST(Symmetry, RandomShapesDeterministicAndWithinLimits) {
     ASSERT_NE(p.algorithm, Algorithm::kAuto);
     ASSERT_NE(p.inner_allreduce, Algorithm::kAuto);
     ASSERT_GE(p.grid, 1);
-    ASSERT_LE(p.grid, co_resident_grid_cap(f));
-    ASSERT_LE(p.grid, std::max<int64_t>(s.num_rows, 1));
+    ASSERT_LE(p.grid, grid_cap(p, f));
+    ASSERT_EQ(p.grid, std::min<int64_t>(std::max<int64_t>(s.num_rows, 1), grid_cap(p, f)));
+    if (world > 1) ASSERT_LE(p.grid, co_resident_grid_cap(f));
     ASSERT_EQ(p.block, block_threads_for_row(s.row_elems));
     ASSERT_TRUE(algorithm_feasible(p.inner_allreduce, s, f, nullptr));
 

@@ -90,8 +90,9 @@ struct LevelCase {
 };
 
 TEST(QuantForced, EveryAlgorithmAndLevel) {
-  // World 8, 4 tokens x 4096: auto picks oneshot_lamport.
-  const StaticFacts f = facts_for(8);
+  // World 8, one rank per GPU, 4 tokens x 4096: auto picks oneshot_lamport.
+  StaticFacts f = facts_for(8);
+  f.max_ranks_per_device = 1;
   const Algorithm kL = Algorithm::kOneshotLamport, kP = Algorithm::kOneshotPull,
                   kT = Algorithm::kTwoshot, kU = Algorithm::kUnfused, kA = Algorithm::kAuto;
   const LevelCase cases[] = {
@@ -124,7 +125,8 @@ TEST(QuantForced, LevelThreeReasonNamesTheInnerAlgorithm) {
 }
 
 TEST(QuantForced, LevelThreeInnerFollowsAutoAcrossTheOneshotBoundary) {
-  const StaticFacts f = facts_for(8);
+  StaticFacts f = facts_for(8);
+  f.max_ranks_per_device = 1;  // the NVLink limits (ranks sharing a GPU always take twoshot)
   for (int fallback : {0, 3}) {
     const Algorithm requested = fallback == 0 ? Algorithm::kUnfused : Algorithm::kAuto;
     EXPECT_EQ(
@@ -230,7 +232,7 @@ TEST(QuantSymmetry, RandomShapesLevelsAndAlgorithms) {
     const Plan& p = first.value();
     ++planned_by_level[p.fallback_level];
     ASSERT_TRUE(algorithm_feasible(p.inner_allreduce, s, f, nullptr)) << p.reason;
-    ASSERT_LE(p.grid, co_resident_grid_cap(f));
+    ASSERT_LE(p.grid, grid_cap(p, f));
     ASSERT_EQ(p.block, block_threads_for_row(s.row_elems));
     if (!quant) {
       ASSERT_EQ(p.fallback_level, 1);
