@@ -31,30 +31,33 @@ Status with_world_size(int world, F&& f) {
   }
 }
 
-template <typename T, int kVecs, template <typename, int, typename> class QuantEpilogue, typename F>
+template <typename T, int kVecs, bool kHold, template <typename, int, typename, bool> class QuantEpilogue,
+          typename F>
 Status with_quantizer(Pattern pattern, F&& f) {
   switch (pattern) {
-    case Pattern::kFp8PerTensor: return f(std::type_identity<QuantEpilogue<T, kVecs, Fp8PerTensorQuant>>{});
-    case Pattern::kFp8PerToken: return f(std::type_identity<QuantEpilogue<T, kVecs, Fp8PerTokenQuant>>{});
-    case Pattern::kFp8PerGroup: return f(std::type_identity<QuantEpilogue<T, kVecs, Fp8PerGroupQuant>>{});
-    case Pattern::kNvfp4: return f(std::type_identity<QuantEpilogue<T, kVecs, Nvfp4Quant>>{});
-    case Pattern::kMxfp4: return f(std::type_identity<QuantEpilogue<T, kVecs, Mxfp4Quant>>{});
+    case Pattern::kFp8PerTensor: return f(std::type_identity<QuantEpilogue<T, kVecs, Fp8PerTensorQuant, kHold>>{});
+    case Pattern::kFp8PerToken: return f(std::type_identity<QuantEpilogue<T, kVecs, Fp8PerTokenQuant, kHold>>{});
+    case Pattern::kFp8PerGroup: return f(std::type_identity<QuantEpilogue<T, kVecs, Fp8PerGroupQuant, kHold>>{});
+    case Pattern::kNvfp4: return f(std::type_identity<QuantEpilogue<T, kVecs, Nvfp4Quant, kHold>>{});
+    case Pattern::kMxfp4: return f(std::type_identity<QuantEpilogue<T, kVecs, Mxfp4Quant, kHold>>{});
     default: return internal_error("not a quantized pattern");
   }
 }
 
-template <typename T, int kVecs, PatternGroup kGroup, typename F>
+// kHold: the kernel never waits for peers, so its epilogue holds gamma in registers
+// (ResidualRmsNormEpilogue, kHoldGamma).
+template <typename T, int kVecs, PatternGroup kGroup, bool kHold, typename F>
 Status with_pattern(Pattern pattern, F&& f) {
   if constexpr (kGroup == PatternGroup::kPlain) {
     switch (pattern) {
       case Pattern::kAllReduce: return f(std::type_identity<AllReduceEpilogue<T, kVecs>>{});
-      case Pattern::kResidualRmsNorm: return f(std::type_identity<ResidualRmsNormEpilogue<T, kVecs>>{});
+      case Pattern::kResidualRmsNorm: return f(std::type_identity<ResidualRmsNormEpilogue<T, kVecs, kHold>>{});
       default: return internal_error("not a plain pattern");
     }
   } else if constexpr (kGroup == PatternGroup::kQuant) {
-    return with_quantizer<T, kVecs, ResidualRmsNormQuantEpilogue>(pattern, f);
+    return with_quantizer<T, kVecs, kHold, ResidualRmsNormQuantEpilogue>(pattern, f);
   } else {
-    return with_quantizer<T, kVecs, QuantOnlyEpilogue>(pattern, f);
+    return with_quantizer<T, kVecs, kHold, QuantOnlyEpilogue>(pattern, f);
   }
 }
 
@@ -66,16 +69,21 @@ inline int vecs_per_thread(int row_elems, int block) {
   return per_thread <= 1 ? 1 : per_thread <= 2 ? 2 : 4;
 }
 
-// The epilogue type for (pattern, vectors per thread).
-template <typename T, PatternGroup kGroup, typename F>
+// The epilogue type for (pattern, vectors per thread); kHold as in with_pattern.
+template <typename T, PatternGroup kGroup, bool kHold, typename F>
 Status with_epilogue(Pattern pattern, int vecs, F&& f) {
   static_assert(kMaxVecsPerThread == 4);
   switch (vecs) {
-    case 1: return with_pattern<T, 1, kGroup>(pattern, f);
-    case 2: return with_pattern<T, 2, kGroup>(pattern, f);
-    default: return with_pattern<T, 4, kGroup>(pattern, f);
+    case 1: return with_pattern<T, 1, kGroup, kHold>(pattern, f);
+    case 2: return with_pattern<T, 2, kGroup, kHold>(pattern, f);
+    default: return with_pattern<T, 4, kGroup, kHold>(pattern, f);
   }
 }
+
+// Only world-1 fused kernels and local epilogue kernels never wait for a peer.
+template <int kWorld>
+inline constexpr bool kHoldGammaAtWorld = kWorld == 1;
+inline constexpr bool kHoldGammaLocal = true;
 
 template <typename T, int kWorld, typename Epilogue, Algorithm kAlgorithm>
 constexpr auto kernel_for() {
@@ -97,7 +105,7 @@ Status launch_algorithm(int grid, int block, Pattern pattern, const KernelParams
                         cudaStream_t stream) {
   const int vecs = vecs_per_thread(params.row_elems, block);
   return with_world_size(params.world, [&]<int kWorld>(std::integral_constant<int, kWorld>) {
-    return with_epilogue<T, kGroup>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
+    return with_epilogue<T, kGroup, kHoldGammaAtWorld<kWorld>>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
       kernel_for<T, kWorld, E, kAlgorithm>()<<<grid, block, 0, stream>>>(params);
       return check_launch("all-reduce kernel");
     });
@@ -108,8 +116,8 @@ Status launch_algorithm(int grid, int block, Pattern pattern, const KernelParams
 template <typename T, PatternGroup kGroup>
 Status launch_local_epilogue(int grid, int block, Pattern pattern, const KernelParams& params,
                              cudaStream_t stream) {
-  return with_epilogue<T, kGroup>(pattern, vecs_per_thread(params.row_elems, block),
-                                  [&]<typename E>(std::type_identity<E>) {
+  return with_epilogue<T, kGroup, kHoldGammaLocal>(pattern, vecs_per_thread(params.row_elems, block),
+                                                    [&]<typename E>(std::type_identity<E>) {
     local_epilogue_kernel<T, E><<<grid, block, 0, stream>>>(params);
     return check_launch("epilogue kernel");
   });
@@ -131,7 +139,8 @@ Status preload_algorithm(int world) {
   return with_world_size(world, [&]<int kWorld>(std::integral_constant<int, kWorld>) {
     for (Pattern pattern : patterns_of<kGroup>()) {
       for (int vecs : {1, 2, 4}) {
-        ARF_RETURN_IF_ERROR((with_epilogue<T, kGroup>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
+        ARF_RETURN_IF_ERROR((with_epilogue<T, kGroup, kHoldGammaAtWorld<kWorld>>(
+            pattern, vecs, [&]<typename E>(std::type_identity<E>) {
           cudaFuncAttributes attr;
           ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, kernel_for<T, kWorld, E, kAlgorithm>()));
           return Status::ok();
@@ -146,7 +155,8 @@ template <typename T, PatternGroup kGroup>
 Status preload_local_epilogue() {
   for (Pattern pattern : patterns_of<kGroup>()) {
     for (int vecs : {1, 2, 4}) {
-      ARF_RETURN_IF_ERROR((with_epilogue<T, kGroup>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
+      ARF_RETURN_IF_ERROR((with_epilogue<T, kGroup, kHoldGammaLocal>(
+          pattern, vecs, [&]<typename E>(std::type_identity<E>) {
         cudaFuncAttributes attr;
         ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, local_epilogue_kernel<T, E>));
         return Status::ok();

@@ -209,9 +209,9 @@ using Mxfp4Quant = Fp4Quant<false>;
 
 // Level 1 (and the second kernel of level 3): residual + RMSNorm + quantization; norm_out, when the
 // caller passes one, is the dtype side output.
-template <typename T, int kVecsPerThread, typename Quant>
+template <typename T, int kVecsPerThread, typename Quant, bool kHoldGamma = false>
 struct ResidualRmsNormQuantEpilogue {
-  using Norm = ResidualRmsNormEpilogue<T, kVecsPerThread>;
+  using Norm = ResidualRmsNormEpilogue<T, kVecsPerThread, kHoldGamma>;
   static constexpr int kVecs = kVecsPerThread;
   using Prefetch = typename Norm::Prefetch;
   __device__ static Prefetch prefetch(const KernelParams& p, const RowSlice& s) { return Norm::prefetch(p, s); }
@@ -232,7 +232,7 @@ struct ResidualRmsNormQuantEpilogue {
 
 // Level 2's second kernel: quantizes rows that already hold the rounded norm (read as `ar`, raw:
 // the local epilogue kernel does not canonicalise, so -0.0 keeps its sign as in level 1).
-template <typename T, int kVecsPerThread, typename Quant>
+template <typename T, int kVecsPerThread, typename Quant, bool kHoldGamma = false>  // (no gamma)
 struct QuantOnlyEpilogue {
   static constexpr int kVecs = kVecsPerThread;
   struct Prefetch {};

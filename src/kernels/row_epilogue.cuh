@@ -109,6 +109,7 @@ struct AllReduceEpilogue : NoScalePadding {
   }
 };
 
+// gamma (fp32, or the activation dtype) of vector `vec` as 8 floats, offset applied.
 template <typename T>
 __device__ __forceinline__ void load_gamma(const KernelParams& p, int vec, float (&g)[8]) {
   if (p.gamma_fp32) {
@@ -128,24 +129,35 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
 }
 
 // residual_out = round(ar + residual_in); norm_out = round(residual_out * rsqrt(mean_sq + eps) * g).
-// prefetch() runs before the all-reduced value is waited for: residual_in is loaded into registers
-// and gamma is pulled into L2, so their memory latency overlaps the reduction instead of following
-// it. gamma is read into registers while the row's sum of squares is being reduced.
-template <typename T, int kVecsPerThread>
+// prefetch() runs before the all-reduced value is waited for, so the memory latency of residual_in
+// and gamma overlaps the reduction instead of following it. residual_in goes into registers.
+// With kHoldGamma (kernels that never wait for peers: world 1 and the second kernel of a split
+// call), gamma in the activation dtype also goes into registers when a thread owns at most two
+// vectors (4 registers a vector): at decode sizes the row's critical path is then one memory round
+// trip instead of two (inputs, then gamma). Otherwise gamma is only pulled into L2 and loaded while
+// the row's sum of squares is reduced: a kernel that waits for peers has time for the L2 prefetch
+// to land, and its registers go to the peers' values (the 64-register budget of a 512-thread CTA);
+// four vectors, or fp32 gamma (8 registers a vector), cannot spare them either.
+template <typename T, int kVecsPerThread, bool kHoldGamma = false>
 struct ResidualRmsNormEpilogue : NoScalePadding {
   static constexpr int kVecs = kVecsPerThread;
+  static constexpr bool kGammaInRegisters = kHoldGamma && kVecs <= 2;
   struct Prefetch {
     uint4 residual[kVecs];
+    uint4 gamma[kGammaInRegisters ? kVecs : 1];  // raw activation-dtype gamma, if held
   };
 
   __device__ static Prefetch prefetch(const KernelParams& p, const RowSlice& s) {
     Prefetch pre;
+    const bool hold_gamma = kGammaInRegisters && !p.gamma_fp32;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       if (!s.owns(k)) continue;
       pre.residual[k] = ld_v4(elem_ptr(p.residual_in, s.elem(k)));
       const int64_t g = static_cast<int64_t>(s.vec(k)) * kElemsPerVec;
-      if (p.gamma_fp32) {
+      if (hold_gamma) {
+        if constexpr (kGammaInRegisters) pre.gamma[k] = ld_v4(elem_ptr(p.gamma, g));
+      } else if (p.gamma_fp32) {
         prefetch_l2(static_cast<const float*>(p.gamma) + g);
         prefetch_l2(static_cast<const float*>(p.gamma) + g + 4);
       } else {
@@ -176,20 +188,35 @@ struct ResidualRmsNormEpilogue : NoScalePadding {
 #pragma unroll
       for (int i = 0; i < 8; ++i) sum_sq = __fmaf_rn(y[i], y[i], sum_sq);
     }
-    float g[kVecs][8];
+    // 16-bit gamma is read (from prefetch()'s registers, or from L2) while the block reduces, and
+    // kept packed (4 registers a vector, not 8 floats); fp32 gamma is read from L2 afterwards.
+    uint4 gamma_raw[kVecs];
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
-      if (s.owns(k)) load_gamma<T>(p, s.vec(k), g[k]);
+      if (!s.owns(k) || p.gamma_fp32) continue;
+      if constexpr (kGammaInRegisters) {
+        gamma_raw[k] = pre.gamma[k];
+      } else {
+        gamma_raw[k] = ld_v4(elem_ptr(p.gamma, static_cast<int64_t>(s.vec(k)) * kElemsPerVec));
+      }
     }
     const float total = block_sum(sum_sq);
     const float scale = rsqrtf(__fdiv_rn(total, static_cast<float>(s.row_len)) + p.eps);
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       if (!s.owns(k)) continue;
+      float g[8];
+      if (p.gamma_fp32) {
+        load_gamma<T>(p, s.vec(k), g);
+      } else {
+        unpack<T>(gamma_raw[k], g);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) g[i] += p.gamma_offset;
+      }
       float y[8];
       unpack<T>(res[k], y);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], scale), g[k][i]);
+      for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], scale), g[i]);
       normed[k] = pack<T>(y);
     }
   }
