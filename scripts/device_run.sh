@@ -2,7 +2,7 @@
 # One call on the GPU machine (the `device` tool): runs the requested stages against a build made
 # elsewhere (scripts/pack_for_device.sh: carry .devpack and `tar -xJf .devpack/build.tar.xz` first) and leaves logs and JSON in $OUT (default ./device_out), packed into
 # $OUT/results.tar.gz plus the short summaries. Stages: env gpu bench world1 allreduce (default: all),
-# stress, negative (issue 5), and multi (one GPU per rank on a multi-GPU machine: tests and TP
+# quant quant7168 world1_quant (issue 3), stress, negative (issue 5), and multi (one GPU per rank on a multi-GPU machine: tests and TP
 # 2/4/8 sweeps).
 # Usage: bash scripts/device_run.sh [stage...]
 set -uo pipefail
@@ -57,6 +57,14 @@ for stage in "${stages[@]}"; do
       bounded ./build/arfusion-bench --op quant -J "$out/run/quant.json" 2>&1 | tee "$out/run/quant.txt" | tail -30
       bounded ./build/arfusion-bench --op quant --nranks 1 -J "$out/run/quant_w1.json" 2>&1 \
         | tee "$out/run/quant_w1.txt" | tail -30 ;;
+    quant7168)
+      # issue 3 asks hidden 7168 too (DeepSeek-V3); 8 virtual ranks.
+      bounded ./build/arfusion-bench --op quant --hidden 7168 -J "$out/run/quant_h7168.json" 2>&1 \
+        | tee "$out/run/quant_h7168.txt" | tail -12 ;;
+    world1_quant)
+      # issue 3: world-1 norm+quant against torch.compile, hidden 8192 and 7168.
+      bounded bash scripts/bench_world1_quant.sh "$out/run/world1_quant" > "$out/run/world1_quant.log" 2>&1
+      tail -n 14 "$out"/run/world1_quant/compare_world1_quant_h*.txt 2>/dev/null || tail -30 "$out/run/world1_quant.log" ;;
     stress)
       # issue 5: the refill soak, eager and with graphs (tools/stress/README.md).
       bounded ./build/arfusion-stress --seconds "${ARF_SOAK_SECONDS:-60}" -J "$out/run/soak.json" 2>&1 | tee "$out/run/soak.txt" | tail -15
