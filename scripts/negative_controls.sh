@@ -15,20 +15,28 @@ out=${1:-negative_controls_out}
 mkdir -p "$out"
 nvcc_path=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 
-cmake -S . -B build-nc -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc_path" \
-  -DARF_BUILD_NEGATIVE_CONTROLS=ON ${ARF_CMAKE_ARGS:-} > "$out/configure.log" 2>&1 ||
-  { tail -20 "$out/configure.log"; exit 1; }
-targets=(arfusion-stress arfusion-stress-debug_stall arfusion-stress-no_end_barrier
-         arfusion-stress-relaxed_flags arfusion-stress-no_lamport_clear)
-start=$SECONDS
-cmake --build build-nc -j "${JOBS:-$(nproc)}" --target "${targets[@]}" > "$out/build.log" 2>&1 ||
-  { grep -E "error|FAILED" "$out/build.log" | head -20; exit 1; }
-echo "negative_controls: built ${#targets[@]} binaries in $((SECONDS - start)) s"
+# ARF_NC_BUILD=DIR: use a build already configured with -DARF_BUILD_NEGATIVE_CONTROLS=ON (e.g. one
+# made elsewhere and shipped by scripts/pack_for_device.sh) instead of building ./build-nc here.
+nc_build=${ARF_NC_BUILD:-build-nc}
+if [[ -z ${ARF_NC_BUILD:-} ]]; then
+  cmake -S . -B build-nc -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc_path" \
+    -DARF_BUILD_NEGATIVE_CONTROLS=ON ${ARF_CMAKE_ARGS:-} > "$out/configure.log" 2>&1 ||
+    { tail -20 "$out/configure.log"; exit 1; }
+  targets=(arfusion-stress arfusion-stress-debug_stall arfusion-stress-no_end_barrier
+           arfusion-stress-relaxed_flags arfusion-stress-no_lamport_clear)
+  start=$SECONDS
+  cmake --build build-nc -j "${JOBS:-$(nproc)}" --target "${targets[@]}" > "$out/build.log" 2>&1 ||
+    { grep -E "error|FAILED" "$out/build.log" | head -20; exit 1; }
+  echo "negative_controls: built ${#targets[@]} binaries in $((SECONDS - start)) s"
+fi
+# ctest files name the configuring machine's build path (device_run.sh links it when shipped).
+test_dir=$(sed -n 's/^# Build directory: //p' "$nc_build/CTestTestfile.cmake" 2>/dev/null)
+[[ -n $test_dir && -e $test_dir ]] || test_dir=$nc_build
 
-ctest --test-dir build-nc -R '^(negative_|stress_debug_stall$)' --output-on-failure 2>&1 |
+ctest --test-dir "$test_dir" -R '^(negative_|stress_debug_stall$)' --output-on-failure 2>&1 |
   tee "$out/ctest.log"
 rc=${PIPESTATUS[0]}
-cp build-nc/negative_*.json build-nc/stress_debug_stall.json "$out/" 2>/dev/null
+cp "$test_dir"/negative_*.json "$test_dir"/stress_debug_stall.json "$out/" 2>/dev/null
 for f in "$out"/negative_*.json "$out"/stress_debug_stall.json; do
   [[ -f $f ]] || continue
   python3 - "$f" <<'EOF' 2>/dev/null || true

@@ -28,6 +28,15 @@ Status preload_local_epilogue();
 
 namespace {
 
+#if defined(ARF_DIAGNOSTIC_KERNEL_SUBSET)
+// Diagnostic variants (cmake/stress.cmake: negative controls, debug stall) are built with the bf16
+// kernels of the unquantized patterns only: small enough to ship to a GPU machine, and all that
+// arfusion-stress drives. Everything else is refused before launch, never silently replaced.
+inline constexpr bool kAllKernels = false;
+#else
+inline constexpr bool kAllKernels = true;
+#endif
+
 // The second kernel of a split call waits for nobody and keeps no per-CTA state, so it gets one CTA
 // per row whatever the first kernel's co-residency cap (rows are independent: same bits).
 int epilogue_grid(const KernelParams& params) {
@@ -53,7 +62,10 @@ template <typename T>
 Status launch_allreduce_kernel(Algorithm algorithm, int grid, int block, Pattern pattern,
                                const KernelParams& params, cudaStream_t stream) {
   if (is_quant_pattern(pattern)) {
-    return launch_allreduce_in_group<T, PatternGroup::kQuant>(algorithm, grid, block, pattern, params, stream);
+    if constexpr (kAllKernels) {
+      return launch_allreduce_in_group<T, PatternGroup::kQuant>(algorithm, grid, block, pattern, params, stream);
+    }
+    return unsupported("this diagnostic build has no quantized kernels");
   }
   return launch_allreduce_in_group<T, PatternGroup::kPlain>(algorithm, grid, block, pattern, params, stream);
 }
@@ -62,7 +74,10 @@ template <typename T>
 Status launch_epilogue_kernel(int grid, int block, Pattern pattern, const KernelParams& params,
                               cudaStream_t stream) {
   if (is_quant_pattern(pattern)) {
-    return launch_local_epilogue<T, PatternGroup::kQuant>(grid, block, pattern, params, stream);
+    if constexpr (kAllKernels) {
+      return launch_local_epilogue<T, PatternGroup::kQuant>(grid, block, pattern, params, stream);
+    }
+    return unsupported("this diagnostic build has no quantized kernels");
   }
   return launch_local_epilogue<T, PatternGroup::kPlain>(grid, block, pattern, params, stream);
 }
@@ -98,6 +113,7 @@ Status launch_level2(const Plan& plan, Pattern pattern, const KernelParams& para
   if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
   KernelParams quant = params;
   quant.input = norm.norm_out;
+  if constexpr (!kAllKernels) return unsupported("this diagnostic build has no quantized kernels");
   return launch_local_epilogue<T, PatternGroup::kQuantOnly>(epilogue_grid(quant), plan.block, pattern, quant,
                                                             stream);
 }
@@ -129,10 +145,11 @@ Status preload_typed(int world) {
   ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotLamport, PatternGroup::kPlain>(world)));
   ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotPull, PatternGroup::kPlain>(world)));
   ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kTwoshot, PatternGroup::kPlain>(world)));
+  ARF_RETURN_IF_ERROR((preload_local_epilogue<T, PatternGroup::kPlain>()));
+  if constexpr (!kAllKernels) return Status::ok();
   ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotLamport, PatternGroup::kQuant>(world)));
   ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotPull, PatternGroup::kQuant>(world)));
   ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kTwoshot, PatternGroup::kQuant>(world)));
-  ARF_RETURN_IF_ERROR((preload_local_epilogue<T, PatternGroup::kPlain>()));
   ARF_RETURN_IF_ERROR((preload_local_epilogue<T, PatternGroup::kQuant>()));
   return preload_local_epilogue<T, PatternGroup::kQuantOnly>();
 }
@@ -143,7 +160,11 @@ Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams
               cudaStream_t stream, const BetweenKernels& between_kernels) {
   switch (dtype) {
     case DType::kBf16: return launch_typed<__nv_bfloat16>(plan, pattern, params, stream, between_kernels);
+#if defined(ARF_DIAGNOSTIC_KERNEL_SUBSET)
+    case DType::kFp16: return unsupported("this diagnostic build has bf16 kernels only");
+#else
     case DType::kFp16: return launch_typed<__half>(plan, pattern, params, stream, between_kernels);
+#endif
     default: return unsupported("activation dtype must be bf16 or fp16");
   }
 }
@@ -151,7 +172,11 @@ Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams
 Status preload_kernels(int world, DType dtype) {
   switch (dtype) {
     case DType::kBf16: return preload_typed<__nv_bfloat16>(world);
+#if defined(ARF_DIAGNOSTIC_KERNEL_SUBSET)
+    case DType::kFp16: return unsupported("this diagnostic build has bf16 kernels only");
+#else
     case DType::kFp16: return preload_typed<__half>(world);
+#endif
     default: return unsupported("activation dtype must be bf16 or fp16");
   }
 }
