@@ -13,6 +13,9 @@
  *  - Streams: operations are stream-ordered and asynchronous; outputs are valid once the work
  *    enqueued on `stream` has completed. All ops of one communicator must be issued on one stream
  *    at a time (two concurrent streams on one communicator can interleave the protocol's epochs).
+ *    With ARF_DEBUG_CHECKS=1 in the environment at communicator creation, a call on another stream
+ *    while the previous call has not completed is refused (arfInvalidArgument, before launch; the
+ *    check is conservative: it also refuses a switch the caller ordered with an event).
  *  - Collective: every rank of a communicator must issue the same sequence of operations with the
  *    same pattern, algorithm, dtype, num_tokens and hidden. A rank that does not join stalls its
  *    peers until the bounded wait expires (see arfCommGetAsyncError).

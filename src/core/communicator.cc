@@ -213,6 +213,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   comm->base_params_ = make_base_params(c.rank, comm->facts_, infos, c.timeout_seconds);
   comm->timeout_seconds_ = static_cast<double>(comm->base_params_.timeout_ns) * 1e-9;
   comm->pointer_check_ = cuda_pointer_check();
+  {
+    ScopedDevice scoped;
+    Status check = scoped.enter(c.device);
+    if (check.is_ok()) check = comm->stream_check_.init(StreamOrderCheck::requested_by_environment());
+    if (!check.is_ok()) return check;  // comm's destructor leaves the group
+  }
   return comm;
 }
 
@@ -303,7 +309,7 @@ Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const Ker
   }));
   mark_enqueued();
   last_plan_ = plan;
-  return Status::ok();
+  return stream_check_.after_call(stream);
 }
 
 Status Communicator::check_same_call(const local::CallSignature& signature) {
@@ -330,6 +336,7 @@ Status Communicator::fused_allreduce(const arfFusedArgs_t& caller_args, cudaStre
   // Fields a version-1 caller's struct lacks read as zero from here on.
   const arfFusedArgs_t args = upgrade_fused_args(&caller_args);
   ARF_RETURN_IF_ERROR(check_healthy(failed_, failure_));
+  ARF_RETURN_IF_ERROR(stream_check_.before_call(stream));
   (void)async_error();
   ARF_RETURN_IF_ERROR(check_healthy(failed_, failure_));
   Result<Plan> plan = this->plan(args);  // validates
@@ -377,6 +384,7 @@ Status Communicator::fused_allreduce(const arfFusedArgs_t& caller_args, cudaStre
 Status Communicator::allreduce(const void* in, void* out, size_t count, arfDataType_t dtype,
                                cudaStream_t stream) {
   ARF_RETURN_IF_ERROR(check_healthy(failed_, failure_));
+  ARF_RETURN_IF_ERROR(stream_check_.before_call(stream));
   (void)async_error();
   ARF_RETURN_IF_ERROR(check_healthy(failed_, failure_));
   ARF_RETURN_IF_ERROR(validate_allreduce(count, dtype, in, out, facts_, device_, pointer_check_));

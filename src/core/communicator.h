@@ -11,6 +11,7 @@
 
 #include "arfusion/arfusion.h"
 #include "core/status.h"
+#include "core/stream_order_check.h"
 #include "core/validate.h"
 #include "kernels/kernel_params.h"
 #include "policy/plan.h"
@@ -81,6 +82,7 @@ class Communicator {
   KernelParams base_params_{};  // everything but the call's shape and tensors, built once
   PointerCheck pointer_check_;
   Plan last_plan_;
+  StreamOrderCheck stream_check_;  // ARF_DEBUG_CHECKS=1 only
   uint64_t calls_issued_ = 0;      // calls with tokens, for the cross-rank signature check
   uint64_t kernels_enqueued_ = 0;  // launched kernels, for the virtual-rank enqueue order (local.h)
   double timeout_seconds_ = 0;   // bound of device waits and of the enqueue-order wait
