@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <thread>
 
@@ -107,6 +108,26 @@ double init_timeout(const arfCommConfig_t& c) {
 
 }  // namespace
 
+Result<std::string> tuning_table_contribution(int rank, const char* env_value) {
+  if (rank != 0 || env_value == nullptr || *env_value == '\0') return std::string();
+  const std::string origin = std::string(kTuningTableEnv) + "=" + env_value + ": ";
+  Result<std::string> text = read_tuning_table_file(env_value);
+  if (!text.is_ok()) return Status(text.status().code(), origin + text.status().message());
+  Result<TuningTable> table = parse_tuning_table(text.value());
+  if (!table.is_ok()) return Status(table.status().code(), origin + table.status().message());
+  return text;
+}
+
+Result<std::shared_ptr<const TuningTable>> agree_tuning_table(
+    const std::vector<local::RankInfo>& infos) {
+  if (infos.empty() || infos[0].tuning_table_json.empty()) {
+    return std::shared_ptr<const TuningTable>();
+  }
+  Result<TuningTable> table = parse_tuning_table(infos[0].tuning_table_json);
+  if (!table.is_ok()) return table.status();
+  return std::shared_ptr<const TuningTable>(std::make_shared<const TuningTable>(table.take()));
+}
+
 Status validate_config(const arfCommConfig_t& c) {
   if (c.struct_size != sizeof(arfCommConfig_t) || c.version < 1 || c.version > ARF_API_VERSION) {
     return invalid_argument("config struct_size " + std::to_string(c.struct_size) + " / version " +
@@ -167,7 +188,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
                                  " does not exist (this process sees " +
                                  std::to_string(device_count) + " device(s))"));
   }
+  Result<std::string> table_text = tuning_table_contribution(c.rank, std::getenv(kTuningTableEnv));
+  if (!table_text.is_ok()) return fail(table_text.status());
   local::RankInfo proto;
+  proto.tuning_table_json = table_text.take();
   proto.device = c.device;
   proto.dtype = c.dtype == arfFloat16 ? DType::kFp16 : DType::kBf16;
   proto.max_tokens = static_cast<int64_t>(c.max_tokens);
@@ -206,6 +230,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   comm->group_ = group.take();
   const std::vector<local::RankInfo>& infos = comm->group_->infos();
   comm->facts_ = agree_facts(infos);
+  Result<std::shared_ptr<const TuningTable>> table = agree_tuning_table(infos);
+  if (!table.is_ok()) return table.status();  // rank 0 validated it: not expected; comm leaves
+  comm->tuning_table_ = table.take();
   comm->error_records_.push_back(infos[c.rank].workspace.error_host);
   for (int r = 0; r < comm->facts_.world; ++r) {
     if (r != c.rank) comm->error_records_.push_back(infos[r].workspace.error_host);
@@ -254,7 +281,7 @@ Result<Plan> Communicator::plan(const arfFusedArgs_t& caller_args) const {
   shape.num_elems = static_cast<int64_t>(args.num_tokens * args.hidden);
   shape.row_elems = static_cast<int>(args.hidden);
   shape.num_rows = static_cast<int64_t>(args.num_tokens);
-  return make_plan(shape, facts_);
+  return make_plan(shape, facts_, tuning_table_.get());
 }
 
 Status Communicator::async_error() {
@@ -397,7 +424,7 @@ Status Communicator::allreduce(const void* in, void* out, size_t count, arfDataT
   shape.num_elems = elems;
   shape.row_elems = static_cast<int>(std::max<int64_t>(std::min(elems, facts_.max_hidden), 8));
   shape.num_rows = (elems + shape.row_elems - 1) / shape.row_elems;
-  Result<Plan> plan = make_plan(shape, facts_);
+  Result<Plan> plan = make_plan(shape, facts_, tuning_table_.get());
   if (!plan.is_ok()) return plan.status();
   if (count == 0) return Status::ok();
   local::CallSignature signature;

@@ -15,6 +15,7 @@
 #include "core/validate.h"
 #include "kernels/kernel_params.h"
 #include "policy/plan.h"
+#include "policy/tuning_table.h"
 #include "transport/local.h"
 
 namespace arf {
@@ -23,6 +24,19 @@ namespace arf {
 // 0 <= rank < world, max_hidden a multiple of 8 in [8, 16384], 1 <= max_tokens <= INT32_MAX,
 // dtype bf16/fp16, timeouts finite and >= 0, transport local (ipc -> Unsupported).
 Status validate_config(const arfCommConfig_t& config);
+
+// The tuning table text rank `rank` contributes to the rendezvous: rank 0 reads the file named by
+// `env_value` ($ARF_TUNING_TABLE; null or empty = no table) and validates it; other ranks
+// contribute nothing (they use rank 0's). A file that cannot be read or fails validation is an
+// error, so creation fails on every rank (rank 0's error reaches the others through abandon()):
+// a user who names a table means it to apply, and a silent fall back to the defaults would hide a
+// typo until someone measured.
+Result<std::string> tuning_table_contribution(int rank, const char* env_value);
+
+// The table every rank of a group plans with: rank 0's (infos[0].tuning_table_json), parsed; null
+// when rank 0 had none. Deterministic, so every rank derives an equal table from the same text.
+Result<std::shared_ptr<const TuningTable>> agree_tuning_table(
+    const std::vector<local::RankInfo>& infos);
 
 class Communicator {
  public:
@@ -61,6 +75,8 @@ class Communicator {
   int world() const { return facts_.world; }
   int device() const { return device_; }
   const StaticFacts& facts() const { return facts_; }
+  // Rank 0's tuning table, shared by every rank's plans; null when none was loaded.
+  const TuningTable* tuning_table() const { return tuning_table_.get(); }
   // The plan of the last successful launch (default-constructed before the first).
   const Plan& last_plan() const { return last_plan_; }
 
@@ -74,6 +90,7 @@ class Communicator {
   int rank_ = 0;
   int device_ = 0;
   StaticFacts facts_;
+  std::shared_ptr<const TuningTable> tuning_table_;  // immutable; null = built-in defaults
   std::shared_ptr<local::LocalGroup> group_;  // null once destroyed
   // Every rank's error record (owned by the group, alive until the last rank leaves), own first.
   // A peer's expired wait matters to us too: once it gave up, our later barriers can be satisfied

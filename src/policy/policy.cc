@@ -1,5 +1,6 @@
-// Policy: feasibility mask -> default thresholds -> choice, in the spirit of NCCL's sym_kernels.cc.
-// Everything here is a pure function of (CallShape, StaticFacts): no timing, no device queries, no
+// Policy: feasibility mask -> tuned table or default thresholds -> choice, in the spirit of NCCL's
+// sym_kernels.cc. Everything here is a pure function of (CallShape, StaticFacts, TuningTable): no
+// timing, no device queries, no
 // per-rank state, so every rank computes the same Plan (design rule 1; vLLM #43616 hung because
 // per-rank launch shapes diverged). block_threads_for_row (declared in launch.h) lives here too so
 // that the planner, the launcher and the CPU tests share one definition that needs no CUDA.
@@ -7,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "kernels/launch.h"
@@ -261,10 +263,12 @@ Status check_fallback_request(const CallShape& shape) {
 }
 
 // Applies the fallback level of a quantized call to a plan whose algorithm is chosen (a fused one,
-// or kUnfused when the caller forced it). Auto takes level 1, always eligible once a fused
-// algorithm is feasible; level 3 runs the chosen fused algorithm as the inner all-reduce.
-void apply_quant_level(const CallShape& shape, Plan* plan) {
+// or kUnfused when the caller forced it). Auto takes the tuned table's level when it gave one
+// (tuned_level 1..3), else level 1, always eligible once a fused algorithm is feasible; level 3
+// runs the chosen fused algorithm as the inner all-reduce.
+void apply_quant_level(const CallShape& shape, int tuned_level, Plan* plan) {
   int level = shape.requested_fallback;
+  if (level == 0 && tuned_level != 0) level = tuned_level;
   if (level == 0) level = plan->algorithm == Algorithm::kUnfused ? 3 : 1;
   plan->fallback_level = level;
   plan->num_kernels = level == 1 ? 1 : 2;
@@ -276,15 +280,48 @@ void apply_quant_level(const CallShape& shape, Plan* plan) {
   }
 }
 
+// Replaces the default choice `plan` of an auto call by the tuned table's, when the table has one
+// for this call and it is feasible. Quantized calls with a forced level keep the defaults: the
+// table's algorithm was measured together with its level. Returns the table's level (quantized
+// patterns) or 0 when the table decided nothing.
+int apply_tuned_table(const CallShape& shape, const StaticFacts& facts, const TuningTable* table,
+                      Plan* plan) {
+  if (table == nullptr || shape.requested_fallback != 0) return 0;
+  const TuningKey key{facts.world, sharing_of(facts.max_ranks_per_device), shape.dtype,
+                      tuning_group_of(shape.pattern), shape.row_elems};
+  const std::optional<TuningChoice> choice = table->lookup(key, shape.num_rows);
+  if (!choice) return 0;
+  std::string where = std::string(algorithm_name(choice->algorithm)) + " for tokens " +
+                      std::to_string(choice->from_tokens) + ".." +
+                      std::to_string(choice->to_tokens) + " at hidden " +
+                      std::to_string(choice->hidden);
+  if (choice->hidden != shape.row_elems) {
+    where += " (nearest tabulated hidden; this call is " + std::to_string(choice->tokens) +
+             " of its tokens)";
+  }
+  std::string why;
+  if (!algorithm_feasible(choice->algorithm, shape, facts, &why)) {
+    plan->reason = "tuned table had no feasible choice (" + where + ": " + why + ") -> default " +
+                   plan->reason;
+    return 0;
+  }
+  plan->algorithm = choice->algorithm;
+  plan->reason = "tuned table: " + where;
+  return is_quant_pattern(shape.pattern) ? choice->level : 0;
+}
+
 }  // namespace
 
-Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts) {
+Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
+                       const TuningTable* table) {
   ARF_RETURN_IF_ERROR(check_fallback_request(shape));
   Plan plan;
+  int tuned_level = 0;
   if (shape.requested == Algorithm::kAuto) {
     Result<Plan> chosen = choose_auto(shape, facts);
     if (!chosen.is_ok()) return chosen.status();
     plan = chosen.take();
+    tuned_level = apply_tuned_table(shape, facts, table, &plan);
   } else {
     std::string why;
     if (!algorithm_feasible(shape.requested, shape, facts, &why)) {
@@ -309,7 +346,7 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts) {
     plan.num_kernels = shape.pattern == Pattern::kAllReduce ? 1 : 2;
     plan.reason += std::string(" (inner ") + algorithm_name(plan.inner_allreduce) + ")";
   }
-  if (is_quant_pattern(shape.pattern)) apply_quant_level(shape, &plan);
+  if (is_quant_pattern(shape.pattern)) apply_quant_level(shape, tuned_level, &plan);
   // One CTA per row at most; every rank derives the same numbers from the same inputs.
   const int64_t rows = std::max<int64_t>(shape.num_rows, 1);
   plan.grid = static_cast<int>(std::min<int64_t>(rows, grid_cap(plan, facts)));

@@ -1,9 +1,12 @@
-// Policy: feasibility -> default table -> choice. A pure function of (CallShape, StaticFacts): no
-// timing, no runtime state, so every rank computes the same Plan (algorithm AND grid).
+// Policy: feasibility -> tuned table (if any) -> default limits -> choice. A pure function of
+// (CallShape, StaticFacts, TuningTable): no timing, no runtime state, so every rank computes the
+// same Plan (algorithm AND grid). The table is a separate argument rather than a StaticFacts field
+// because plan.h is included by every kernel translation unit and the table is host-only.
 #pragma once
 
 #include "core/status.h"
 #include "policy/plan.h"
+#include "policy/tuning_table.h"
 
 namespace arf {
 
@@ -29,6 +32,13 @@ bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const Stati
 // quant kernel; a forced level 3 turns a chosen or forced fused algorithm into the inner all-reduce
 // of kUnfused; a forced level 1 or 2 with algorithm unfused -> arfUnsupported. Any non-auto level
 // on a non-quantized pattern, or one outside 0..3 -> arfInvalidArgument.
-Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts);
+//
+// Tuned table (tuning_table.h): consulted only when the algorithm is auto (and, for quantized
+// patterns, the level too); its choice must be feasible (algorithm_feasible), else the default
+// choice runs and the reason says "tuned table had no feasible choice (...) -> default ...". A
+// table never makes a call fail that the defaults would run. No entry -> the defaults, unchanged.
+// The inner all-reduce of unfused is always the default choice.
+Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
+                       const TuningTable* table = nullptr);
 
 }  // namespace arf

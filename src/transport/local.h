@@ -35,6 +35,10 @@ struct RankInfo {
   int64_t max_tokens = 0;
   int64_t max_hidden = 0;
   int64_t oneshot_max_tokens = 0;
+  // Rank 0's tuning table (JSON text, already validated by rank 0; empty = none). Only rank 0's is
+  // read: every rank parses infos()[0]'s, so all plan with one table whatever their environments.
+  // Carried as text so the transport stays free of policy types (the ipc bootstrap sends bytes).
+  std::string tuning_table_json;
 };
 
 class LocalGroup {
