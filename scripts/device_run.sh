@@ -2,7 +2,7 @@
 # One call on the GPU machine (the `device` tool): runs the requested stages against a build made
 # elsewhere (scripts/pack_for_device.sh: carry .devpack and `tar -xJf .devpack/build.tar.xz` first) and leaves logs and JSON in $OUT (default ./device_out), packed into
 # $OUT/results.tar.gz plus the short summaries. Stages: env gpu bench world1 allreduce (default: all),
-# quant quant7168 world1_quant (issue 3), stress, negative (issue 5), and multi (one GPU per rank on a multi-GPU machine: tests and TP
+# quant quant7168 world1_quant (issue 3), profile, stress, negative (issue 5), and multi (one GPU per rank on a multi-GPU machine: tests and TP
 # 2/4/8 sweeps).
 # Usage: bash scripts/device_run.sh [stage...]
 set -uo pipefail
@@ -65,6 +65,9 @@ for stage in "${stages[@]}"; do
       # issue 3: world-1 norm+quant against torch.compile, hidden 8192 and 7168.
       bounded bash scripts/bench_world1_quant.sh "$out/run/world1_quant" > "$out/run/world1_quant.log" 2>&1
       tail -n 14 "$out"/run/world1_quant/compare_world1_quant_h*.txt 2>/dev/null || tail -30 "$out/run/world1_quant.log" ;;
+    profile)
+      # Where the time of the missed world-1 targets goes (ncu, cuobjdump): scripts/profile_kernels.sh.
+      bounded bash scripts/profile_kernels.sh "$out/run/profile" 2>&1 | tail -30 ;;
     stress)
       # issue 5: the refill soak, eager and with graphs (tools/stress/README.md).
       bounded ./build/arfusion-stress --seconds "${ARF_SOAK_SECONDS:-60}" -J "$out/run/soak.json" 2>&1 | tee "$out/run/soak.txt" | tail -15
