@@ -16,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include "gpu/edge_values.h"
+
 namespace arf::test {
 
 DType ref_dtype(arfDataType_t dtype) {
@@ -215,9 +217,13 @@ uint64_t test_seed() {
 
 namespace {
 
-void fill_content(std::vector<uint16_t>& v, Content content, DType dtype, uint64_t seed,
-                  int rank) {
+void fill_content(std::vector<uint16_t>& v, const CallSpec& spec, DType dtype, uint64_t seed,
+                  int rank, int world_size) {
+  const Content content = spec.content;
   ref::fill_random(v.data(), static_cast<int64_t>(v.size()), dtype, seed);
+  if (content == Content::kNanInf) {
+    sprinkle_nan_inf_input(v.data(), spec.num_tokens, spec.hidden, rank, world_size, dtype);
+  }
   if (content == Content::kAllNegativeZero) std::fill(v.begin(), v.end(), 0x8000);
   if (content == Content::kAllNegativeSubnormal) std::fill(v.begin(), v.end(), 0x8001);
   if (content == Content::kSentinelMix) {
@@ -242,13 +248,16 @@ CallData make_call_data(const CallSpec& spec, int world_size, arfDataType_t dtyp
   d.inputs.resize(world_size);
   for (int r = 0; r < world_size; ++r) {
     d.inputs[r].resize(spec.elems());
-    fill_content(d.inputs[r], spec.content, rd, mix_seed(seed, r + 1), r);
+    fill_content(d.inputs[r], spec, rd, mix_seed(seed, r + 1), r, world_size);
   }
   if (!spec.has_norm()) return d;
   d.residual_in.resize(spec.elems());
   ref::fill_random(d.residual_in.data(), spec.elems(), rd, mix_seed(seed, 1001));
   if (spec.content == Content::kAllNegativeZero) {
     std::fill(d.residual_in.begin(), d.residual_in.end(), 0x8000);  // an all-zero row: norm 0
+  }
+  if (spec.content == Content::kNanInf) {
+    sprinkle_nan_inf_residual(d.residual_in.data(), spec.num_tokens, spec.hidden, rd);
   }
   std::vector<uint16_t> g(spec.hidden);
   ref::fill_random(g.data(), spec.hidden, rd, mix_seed(seed, 1002));
@@ -314,9 +323,13 @@ void CallBuffers::upload(const CallData& data, int rank, cudaStream_t stream) co
   const size_t bytes = static_cast<size_t>(spec_.elems()) * 2;
   cuda_ok(cudaMemcpyAsync(input_.get(), data.inputs[rank].data(), bytes, cudaMemcpyHostToDevice,
                           stream), "upload input");
-  // 0xFFFF is NaN in bf16 and fp16: an output the kernel never wrote cannot pass.
+  // 0xFFFF is NaN in bf16 and fp16: an output the kernel never wrote cannot pass. Where NaN is an
+  // expected output (kNanInf) a NaN poison could, so those calls poison with a finite value.
+  const int poison = spec_.content == Content::kNanInf ? kFinitePoisonByte : 0xFF;
   for (const DeviceBuffer* out : {&allreduce_out_, &residual_out_, &norm_out_}) {
-    if (out->get() != nullptr) cuda_ok(cudaMemsetAsync(out->get(), 0xFF, bytes, stream), "poison");
+    if (out->get() != nullptr) {
+      cuda_ok(cudaMemsetAsync(out->get(), poison, bytes, stream), "poison");
+    }
   }
   if (!spec_.has_norm()) return;
   cuda_ok(cudaMemcpyAsync(residual_in_.get(), data.residual_in.data(), bytes,

@@ -4,13 +4,14 @@
 //
 // What makes a check able to catch the seed bugs (shared/research/ecosystem-testing.md §1.2):
 //  - data is distinct per rank AND per call (a stale peer buffer never holds the right bits);
-//  - outputs are poisoned (0xFFFF, a NaN in both dtypes) before each call;
+//  - outputs are poisoned (0xFFFF, a NaN in both dtypes; 0xFBFB, finite, for NaN/Inf inputs)
+//    before each call;
 //  - calls are enqueued back-to-back with no host sync between them, optionally with host skew,
 //    and each call's inputs are overwritten on the stream right after it (the vLLM/SGLang
 //    "consumer" trick): a peer that still reads them after the call reads garbage;
 //  - every output is compared with the CPU reference (all-reduce and residual_out bitwise,
-//    norm_out within tolerance), across ranks bitwise, and against a forced-`unfused` rerun
-//    bitwise.
+//    norm_out within tolerance; NaN matches any NaN for NaN/Inf inputs only), across ranks
+//    bitwise, and against a forced-`unfused` rerun bitwise.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -115,9 +116,12 @@ enum Alias : unsigned {
   kAllReduceInPlace = 1u << 2,  // allreduce_out == input (pattern allreduce and flat calls)
 };
 
-// What the inputs hold. kRandom is ref::fill_random (1/64 special values); the others stress the
-// Lamport sentinel (-0.0) and what a flush-to-zero would turn into it.
-enum class Content { kRandom, kAllNegativeZero, kAllNegativeSubnormal, kSentinelMix };
+// What the inputs hold. kRandom is ref::fill_random (1/64 special values); the next three stress
+// the Lamport sentinel (-0.0) and what a flush-to-zero would turn into it. kNanInf is random data
+// with NaN and +-Inf in the inputs of some ranks and in residual_in (edge_values.h: which rows and
+// columns, and the semantics the checks assert); only for it does a NaN output match a NaN
+// reference, and its outputs are poisoned with a finite value instead of NaN.
+enum class Content { kRandom, kAllNegativeZero, kAllNegativeSubnormal, kSentinelMix, kNanInf };
 
 struct CallSpec {
   arfPattern_t pattern = arfPatternResidualRmsNorm;

@@ -16,9 +16,6 @@ namespace arf::test {
 namespace {
 
 constexpr size_t kMaxReported = 12;
-// The values scale_in points to, in static storage: cudaMemcpyAsync reads them after return.
-const float kScaleInValues[2] = {kStaticScale, kGlobalScale};
-
 Pattern internal(arfPattern_t pattern) { return static_cast<Pattern>(pattern); }
 
 ref::QuantSpec ref_spec(const QuantCallSpec& s) {
@@ -30,7 +27,7 @@ ref::QuantSpec ref_spec(const QuantCallSpec& s) {
     case arfPatternResidualRmsNormMxfp4: spec.kind = ref::QuantKind::kMxfp4; break;
     default: spec.kind = ref::QuantKind::kFp8PerToken; break;
   }
-  spec.static_scale = kStaticScale;
+  spec.static_scale = s.static_scale;
   spec.global_scale = kGlobalScale;
   spec.ue8m0 = s.pattern == arfPatternResidualRmsNormFp8PerGroup && s.format != arfScaleFp32;
   return spec;
@@ -74,6 +71,8 @@ class QuantBuffers {
     quant_out_ = DeviceBuffer(device, spec.quant_bytes());
     scale_out_ = DeviceBuffer(device, spec.scale_bytes());
     if (quant_reads_scale_in(internal(spec.pattern))) scale_in_ = DeviceBuffer(device, 4);
+    scale_in_value_ =
+        spec.pattern == arfPatternResidualRmsNormNvfp4 ? kGlobalScale : spec.static_scale;
   }
 
   void upload(const CallData& data, int rank, cudaStream_t stream) const {
@@ -88,8 +87,9 @@ class QuantBuffers {
                             cudaMemcpyHostToDevice, stream),
             "upload gamma");
     if (scale_in_.get() != nullptr) {
-      const float* value = &kScaleInValues[spec_.pattern == arfPatternResidualRmsNormNvfp4];
-      cuda_ok(cudaMemcpyAsync(scale_in_.get(), value, 4, cudaMemcpyHostToDevice, stream),
+      // A member: it outlives the copy (cudaMemcpyAsync may read it after returning).
+      cuda_ok(cudaMemcpyAsync(scale_in_.get(), &scale_in_value_, 4, cudaMemcpyHostToDevice,
+                              stream),
               "upload scale_in");
     }
     // 0xFF: NaN in bf16/fp16, e4m3 and fp32, UE8M0's NaN, e2m1 -6 pairs. Scale padding is poisoned
@@ -152,6 +152,7 @@ class QuantBuffers {
  private:
   QuantCallSpec spec_;
   arfDataType_t dtype_;
+  float scale_in_value_ = 0.0f;
   DeviceBuffer input_, residual_in_, gamma_, residual_out_, norm_out_, quant_out_, scale_out_,
       scale_in_;
 };
@@ -206,6 +207,9 @@ std::string QuantCallSpec::label() const {
      << static_cast<int>(fallback) << " tokens " << num_tokens << " hidden " << hidden << " layout "
      << static_cast<int>(layout) << " format " << static_cast<int>(format)
      << (norm_side_output ? " +norm_out" : "") << " data " << data_index;
+  if (pattern == arfPatternResidualRmsNormFp8PerTensor && static_scale != kStaticScale) {
+    os << " scale " << static_scale;
+  }
   return os.str();
 }
 

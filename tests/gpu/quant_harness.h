@@ -37,6 +37,7 @@ struct QuantCallSpec {
   arfScaleLayout_t layout = arfScaleRowMajor;
   arfScaleFormat_t format = arfScaleFp32;
   bool norm_side_output = true;  // pass norm_out (else NULL)
+  float static_scale = kStaticScale;  // scale_in of fp8 per-tensor calls
   size_t data_index = 0;         // which CallData (and identity group) the call uses
 
   int64_t elems() const { return num_tokens * hidden; }

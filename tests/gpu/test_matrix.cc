@@ -8,7 +8,8 @@
 //   tokens per hidden: 1, 9 and 96, plus 512 at hidden 4096 (4 MiB per rank: past auto's oneshot
 //   limit at world 4 and 8, so forced algorithms run shapes auto would not give them); tokens
 //   change on every call.
-// Algorithm auto, aliasing, gamma variants and longer sequences are in test_sequences.cc.
+// Algorithm auto, aliasing, gamma variants and longer sequences are in test_sequences.cc. Rows
+// wider than 8192 (up to 16384) are in HugeRows below.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -89,6 +90,67 @@ INSTANTIATE_TEST_SUITE_P(OneshotLamport, Matrix, matrix_values(arfAlgoOneshotLam
 INSTANTIATE_TEST_SUITE_P(OneshotPull, Matrix, matrix_values(arfAlgoOneshotPull), matrix_name);
 INSTANTIATE_TEST_SUITE_P(Twoshot, Matrix, matrix_values(arfAlgoTwoshot), matrix_name);
 INSTANTIATE_TEST_SUITE_P(Unfused, Matrix, matrix_values(arfAlgoUnfused), matrix_name);
+
+// ---- huge rows --------------------------------------------------------------------------------
+
+// Rows past 8192 columns, which the matrix above never reaches (its communicators stop at the
+// default max_hidden 8192): 512-thread CTAs whose threads own 3 or 4 vectors (the kVecs = 4
+// kernels), at the widest legal row (16384) with max_tokens rows, a width just past 8192 and one
+// past 12288, and a plain all-reduce at 16384. Forced algorithms, world 2 in fp16 and world 8 in
+// bf16.
+using HugeParam = std::tuple<arfAlgorithm_t, int>;
+
+class HugeRows : public ::testing::TestWithParam<HugeParam> {};
+
+TEST_P(HugeRows, WidestRowsAtCapacity) {
+  const auto [algorithm, world_size] = GetParam();
+  WorldOptions options;
+  options.world_size = world_size;
+  options.dtype = world_size == 2 ? arfFloat16 : arfBFloat16;
+  options.max_hidden = 16384;
+  options.max_tokens = 256;  // 8 MiB a rank per tensor at 16384 columns
+  const std::unique_ptr<World> world = World::create(options);
+  ASSERT_NE(world, nullptr);
+  struct Shape {
+    arfPattern_t pattern;
+    int64_t tokens, hidden;
+  };
+  const Shape shapes[] = {{arfPatternResidualRmsNorm, 1, 16384},
+                          {arfPatternResidualRmsNorm, 256, 16384},
+                          {arfPatternAllReduce, 37, 16384},
+                          {arfPatternResidualRmsNorm, 9, 8200},
+                          {arfPatternResidualRmsNorm, 5, 12296}};
+  std::vector<CallSpec> specs;
+  for (const Shape& shape : shapes) {
+    CallSpec s;
+    s.pattern = shape.pattern;
+    s.algorithm = algorithm;
+    s.num_tokens = shape.tokens;
+    s.hidden = shape.hidden;
+    specs.push_back(s);
+  }
+  for (const CallSpec& spec : specs) {
+    const CallBuffers buffers(world->device(0), spec, world->dtype());
+    const arfFusedArgs_t args = buffers.args();
+    arfPlan_t plan;
+    const arfStatus_t st = arfPlan(world->comm(0), &args, &plan);
+    ASSERT_EQ(st, arfSuccess) << spec.label() << ": " << status_text(st);
+    ASSERT_EQ(plan.algorithm, algorithm) << spec.label() << ": " << plan_text(plan);
+    ASSERT_EQ(plan.block, 512) << spec.label() << ": " << plan_text(plan);
+  }
+  run_and_check(*world, specs);
+}
+
+INSTANTIATE_TEST_SUITE_P(Huge, HugeRows,
+                         ::testing::Combine(::testing::Values(arfAlgoOneshotLamport,
+                                                              arfAlgoOneshotPull, arfAlgoTwoshot,
+                                                              arfAlgoUnfused),
+                                            ::testing::Values(2, 8)),
+                         [](const ::testing::TestParamInfo<HugeParam>& info) {
+                           const int world = std::get<1>(info.param);
+                           return algorithm_tag(std::get<0>(info.param)) +
+                                  (world == 2 ? "_fp16" : "_bf16") + "_ws" + std::to_string(world);
+                         });
 
 }  // namespace
 }  // namespace arf::test

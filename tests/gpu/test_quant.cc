@@ -19,11 +19,14 @@
 // 1 + gamma and aliasing with quantized patterns (the epilogue shares that code with
 // residual_rmsnorm, tested in test_sequences.cc), CUDA graphs. Expected runtime on one H200:
 // about a minute (about 6500 calls, mostly allocation), not yet measured.
+// QuantEdge (issue 5 item 5, edge values): fp8 per-tensor with values near and past 448 * scale,
+// per-token and per-group with the largest scales RMSNorm allows and huge input magnitudes.
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gpu/harness.h"
@@ -138,6 +141,109 @@ TEST_P(QuantMatrix, EveryFormatAlgorithmAndLevel) {
 INSTANTIATE_TEST_SUITE_P(Quant, QuantMatrix,
                          ::testing::Combine(::testing::Values(arfBFloat16, arfFloat16),
                                             ::testing::Values(1, 2, 4, 8)),
+                         [](const ::testing::TestParamInfo<QuantParam>& info) {
+                           return std::string(dtype_tag(std::get<0>(info.param))) + "_ws" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// ---- edge values: FP8 near and past its maximum, large dynamic scales, huge magnitudes -------
+
+// Reshapes harness data row by row (row % 3):
+//  0: a spike: residual_in = +-2048 at one column. After the norm the spike is about
+//     sqrt(hidden) * gamma, the largest value RMSNorm can produce: dynamic (per-token, per-group)
+//     scales are as large as they get, the row's other values land in e4m3's subnormals or flush to
+//     zero, and per-tensor saturates the spike at +-448;
+//  1: every input and residual_in scaled by 2^40 (bf16) or 2^10 (fp16, sums stay below 65504):
+//     huge magnitudes through the fp32 sum of squares (still far from its overflow at an RMS of
+//     about 1.8e19, past which the fp32 kernel's sum of squares is Inf and the double reference's
+//     is not: untested, the two would part), the same norm up to rounding;
+//  2: as generated.
+void shape_edge_rows(CallData& d, int64_t tokens, int64_t hidden, DType dtype) {
+  const float magnify = dtype == DType::kFp16 ? 0x1p10f : 0x1p40f;
+  auto scale_row = [&](std::vector<uint16_t>& v, int64_t t) {
+    for (int64_t c = 0; c < hidden; ++c) {
+      uint16_t& bits = v[t * hidden + c];
+      bits = ref::from_float(ref::to_float(bits, dtype) * magnify, dtype);  // exact
+    }
+  };
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (t % 3 == 0) {
+      const float spike = t % 2 == 0 ? 2048.0f : -2048.0f;
+      d.residual_in[t * hidden + (37 * t + 5) % hidden] = ref::from_float(spike, dtype);
+    } else if (t % 3 == 1) {
+      for (auto& input : d.inputs) scale_row(input, t);
+      scale_row(d.residual_in, t);
+    }
+  }
+}
+
+struct EdgeFormat {
+  arfPattern_t pattern;
+  arfScaleLayout_t layout;
+  arfScaleFormat_t format;
+  float static_scale;  // per-tensor: 448 * scale is where saturation starts
+};
+
+// Per-tensor saturating from |norm| > 448 * scale = 7 (spikes only), 2.8 (the tail of ordinary
+// rows lands near and past 448) and 1 (a fifth of the values saturate); per-token; per-group with
+// fp32 and with packed UE8M0 scales (MN-major).
+constexpr EdgeFormat kEdgeFormats[] = {
+    {arfPatternResidualRmsNormFp8PerTensor, arfScaleRowMajor, arfScaleFp32, kStaticScale},
+    {arfPatternResidualRmsNormFp8PerTensor, arfScaleRowMajor, arfScaleFp32, 1.0f / 160.0f},
+    {arfPatternResidualRmsNormFp8PerTensor, arfScaleRowMajor, arfScaleFp32, 1.0f / 448.0f},
+    {arfPatternResidualRmsNormFp8PerToken, arfScaleRowMajor, arfScaleFp32, kStaticScale},
+    {arfPatternResidualRmsNormFp8PerGroup, arfScaleRowMajor, arfScaleFp32, kStaticScale},
+    {arfPatternResidualRmsNormFp8PerGroup, arfScaleMnMajor, arfScaleUe8m0Packed, kStaticScale},
+};
+
+class QuantEdge : public ::testing::TestWithParam<QuantParam> {};
+
+// One batch: per format, two data sets (4096 x 6 tokens, 7168 x 33), each run as auto with the
+// norm side output (the anchor: quant_out and scales exact against the reference quantizer of its
+// norm), a fused algorithm at level 2 without it, and unfused (level 3) with it: all bitwise
+// equal to the anchor, on every rank.
+TEST_P(QuantEdge, Fp8NearAndPastMaxAndLargeScales) {
+  const auto [dtype, world_size] = GetParam();
+  WorldOptions options;
+  options.world_size = world_size;
+  options.dtype = dtype;
+  const std::unique_ptr<World> world = World::create(options);
+  ASSERT_NE(world, nullptr);
+  std::vector<QuantCallSpec> specs;
+  std::vector<CallData> data;
+  for (const EdgeFormat& f : kEdgeFormats) {
+    for (const auto [hidden, tokens] : {std::pair<int64_t, int64_t>{4096, 6}, {7168, 33}}) {
+      QuantCallSpec base;
+      base.pattern = f.pattern;
+      base.layout = f.layout;
+      base.format = f.format;
+      base.static_scale = f.static_scale;
+      base.hidden = hidden;
+      base.num_tokens = tokens;
+      base.data_index = data.size();
+      data.push_back(make_call_data(base.data_spec(), world_size, dtype,
+                                    mix_seed(test_seed(), base.data_index)));
+      shape_edge_rows(data.back(), tokens, hidden, ref_dtype(dtype));
+      QuantCallSpec anchor = base;
+      specs.push_back(anchor);
+      QuantCallSpec level2 = base;
+      level2.algorithm = kFused[base.data_index % 3];
+      level2.fallback = arfFallbackTwoKernels;
+      level2.norm_side_output = false;
+      specs.push_back(level2);
+      QuantCallSpec unfused = base;
+      unfused.algorithm = arfAlgoUnfused;
+      specs.push_back(unfused);
+    }
+  }
+  const std::vector<QuantCallResult> results = run_quant_calls(*world, specs, data);
+  if (::testing::Test::HasFatalFailure()) return;
+  check_quant_calls(*world, specs, data, results);
+}
+
+INSTANTIATE_TEST_SUITE_P(Quant, QuantEdge,
+                         ::testing::Combine(::testing::Values(arfBFloat16, arfFloat16),
+                                            ::testing::Values(2, 8)),
                          [](const ::testing::TestParamInfo<QuantParam>& info) {
                            return std::string(dtype_tag(std::get<0>(info.param))) + "_ws" +
                                   std::to_string(std::get<1>(info.param));

@@ -1,6 +1,7 @@
 // Sequences of calls in one communicator: token counts and widths changing on every call, auto at
-// its dispatch boundaries, flat all-reduce counts, legal aliasing, Gemma/fp32 gamma, and inputs
-// made of the Lamport sentinel (-0.0) and the negative subnormals a flush-to-zero turns into it.
+// its dispatch boundaries, flat all-reduce counts, legal aliasing, Gemma/fp32 gamma, inputs made
+// of the Lamport sentinel (-0.0) and the negative subnormals a flush-to-zero turns into it, and
+// NaN/Inf inputs.
 // Every batch is checked by run_and_check (reference, cross-rank, fused == unfused bitwise).
 #include <gtest/gtest.h>
 
@@ -231,6 +232,26 @@ TEST_P(Variants, SentinelAndSubnormalInputs) {
         s.content = content;
         specs.push_back(s);
       }
+    }
+  }
+  RunOptions options;
+  options.hang_seconds = 60;
+  run_and_check(*world_, specs, options);
+}
+
+// NaN and +-Inf in the inputs of some ranks and in residual_in (edge_values.h: rows by kind, the
+// semantics asserted). The Lamport sentinel is -0.0 only, so NaN data must flow through: no rank
+// may wait for it (a timeout is an async error and fails run_calls). Checked against the reference
+// with NaN matching any NaN, +-Inf exactly; across ranks and against the unfused rerun bit for bit,
+// NaN payloads included. Row 0 has NaN; 6 and 64 tokens reach every row kind (64 at 2880 columns).
+TEST_P(Variants, NanAndInfInputs) {
+  std::vector<CallSpec> specs;
+  for (arfPattern_t pattern : {arfPatternAllReduce, arfPatternResidualRmsNorm}) {
+    for (int64_t tokens : {1, 6, 64}) {
+      CallSpec s = spec(tokens, tokens == 64 ? 2880 : 4096);
+      s.pattern = pattern;
+      s.content = Content::kNanInf;
+      specs.push_back(s);
     }
   }
   RunOptions options;
