@@ -215,7 +215,28 @@ void add_run_options(CLI::App& app, BenchArgs& a) {
   app.add_option("--max-tokens", a.max_tokens,
                  "communicator capacity in tokens (default: sweep max)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--tune-out", a.tune_out,
+                 "--op fused: pick the fastest algorithm per token count (ties within 1% to the "
+                 "simpler) and merge that table entry into FILE, which ARF_TUNING_TABLE loads");
   app.add_flag("--dry-run", a.dry_run, "print the resolved sweep and exit without using CUDA");
+}
+
+// --tune-out derives a table from the fused sweep (tune.h): the sweep must be one a table can be
+// built from, and must time at least one algorithm a table may name.
+void check_tune_args(const BenchArgs& a) {
+  if (a.op != Op::kFused) throw CLI::ValidationError("--tune-out", "only with --op fused");
+  if (a.tokens.front() != 1 || !std::is_sorted(a.tokens.begin(), a.tokens.end()) ||
+      std::adjacent_find(a.tokens.begin(), a.tokens.end()) != a.tokens.end()) {
+    throw CLI::ValidationError("--tune-out", "token counts must increase from 1");
+  }
+  const bool candidate = std::any_of(a.algos.begin(), a.algos.end(), [](arfAlgorithm_t x) {
+    return x == arfAlgoOneshotLamport || x == arfAlgoOneshotPull || x == arfAlgoTwoshot ||
+           x == arfAlgoUnfused;
+  });
+  if (!candidate) {
+    throw CLI::ValidationError("--tune-out",
+                               "-a must include oneshot_lamport, oneshot_pull, twoshot or unfused");
+  }
 }
 
 // Checks that CLI11's per-option validators cannot express (they span options), and resolves the
@@ -250,6 +271,7 @@ void finish_args(const CLI::App& app, const std::string& algos, int64_t tmin, in
       throw CLI::ValidationError(flag, "only with --op quant");
   }
   if (a.op == Op::kQuant) a.quant = resolve_quant(quant, a.hiddens);
+  if (!a.tune_out.empty()) check_tune_args(a);
 }
 
 }  // namespace

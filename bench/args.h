@@ -1,6 +1,6 @@
 // Command line of arfusion-bench: nccl-tests vocabulary (-b -e -f -n -w -c -G -d -J) plus the
-// fused-op axes (--op, -a, --hidden, --tokens, --devices) and the quant axes (--quant,
-// --scale-layout, --scale-format). Parsing is pure host code, so it runs
+// fused-op axes (--op, -a, --hidden, --tokens, --devices), the quant axes (--quant,
+// --scale-layout, --scale-format) and --tune-out (tune.h). Parsing is pure host code, so it runs
 // and can be tested on a machine without a GPU; device defaults are resolved later (devices.h).
 #pragma once
 
@@ -47,6 +47,7 @@ struct BenchArgs {
   int check = 1;          // 1: verify every (size, algorithm) before timing it
   int graph_replays = 1;  // 0: eager launches; N: capture `iters` calls, replay the graph N times
   std::string json_path;  // empty: no JSON
+  std::string tune_out;   // --tune-out: tuning table file to merge this sweep's entry into (tune.h)
   // Ranks: explicit device list, or a rank count; neither = all visible GPUs (8 virtual if one).
   std::vector<int> devices;
   int num_ranks = 0;

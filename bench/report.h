@@ -35,6 +35,8 @@ class Report {
   void print_footer() const;
   std::string write_json(const std::string& path) const;  // "" or why not
 
+  const std::vector<Row>& rows() const { return rows_; }
+
   // No cell failed and no check found a wrong element.
   bool all_passed() const;
 

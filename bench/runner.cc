@@ -12,6 +12,7 @@
 #include "quant_measure.h"
 #include "report.h"
 #include "session.h"
+#include "tune.h"
 
 namespace arf::bench {
 namespace {
@@ -157,6 +158,23 @@ Row measure_row(BenchContext& ctx, const NcclBaseline* nccl, CallSpec spec, cons
   return row;
 }
 
+// --tune-out: this run's key (world, rank sharing, dtype, plain patterns, hidden), its entry merged
+// into the file, and the summary. "" or why not.
+std::string write_tune_table(const BenchArgs& args, const RunHeader& header,
+                             const std::vector<Row>& rows) {
+  const TuningKey key{static_cast<int>(header.layout.devices.size()),
+                      sharing_of(header.layout.max_ranks_per_device),
+                      args.dtype == arfFloat16 ? DType::kFp16 : DType::kBf16, TuningGroup::kPlain,
+                      static_cast<int>(args.hidden)};
+  std::string why;
+  const std::optional<TuningEntry> entry = derive_entry(rows, key, &why);
+  if (!entry) return why;
+  const std::string machine = header.layout.info.empty() ? "" : header.layout.info[0].name;
+  why = write_tuned_entry(args.tune_out, *entry, machine, header.date, header.git_commit);
+  if (why.empty()) std::printf("%s", tune_summary(rows, *entry, args.tune_out).c_str());
+  return why;
+}
+
 }  // namespace
 
 int run_bench(const BenchArgs& args) {
@@ -207,6 +225,21 @@ int run_bench(const BenchArgs& args) {
     why = report.write_json(args.json_path);
     if (!why.empty()) {
       std::fprintf(stderr, "arfusion-bench: error: %s\n", why.c_str());
+      return 1;
+    }
+  }
+  if (!args.tune_out.empty()) {
+    // A sweep that stopped early or found wrong elements must not become a table.
+    if (!stopped.empty()) {
+      why = "the sweep stopped early: " + stopped;
+    } else if (!report.all_passed()) {
+      why = "a measurement failed or a check found wrong elements";
+    } else {
+      why = write_tune_table(args, header, report.rows());
+    }
+    if (!why.empty()) {
+      std::fprintf(stderr, "arfusion-bench: error: --tune-out %s: %s\n", args.tune_out.c_str(),
+                   why.c_str());
       return 1;
     }
   }

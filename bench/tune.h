@@ -1,0 +1,54 @@
+// --tune-out FILE (issue 4, item 4: arfusion-tune as a mode of arfusion-bench): turns the rows the
+// fused sweep already measured into one tuning-table entry (src/policy/tuning_table.h) and merges
+// it into FILE, which the library loads through $ARF_TUNING_TABLE. A mode of the bench rather than
+// a separate tool so that the table is derived from exactly the measurement the bench reports
+// (same timing loop, same -c check, same JSON), with no second copy of the driver.
+//
+// Choice per token count: among the measured columns oneshot_lamport, oneshot_pull, twoshot and
+// unfused whose cell has a time, no error and no wrong element, the fastest; any within
+// kTieFraction (1%) of it counts as a tie, and ties go to the first in kPreference (simplest first:
+// no barrier, then one-phase barriers, then two phases, then two kernels). Adjacent token counts
+// with the same choice merge into one range; a range starts at the token count where its choice was
+// measured, so counts between two measured ones take the lower one's choice. The sweep must start
+// at 1 token.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "policy/tuning_table.h"
+#include "results.h"
+
+namespace arf::bench {
+
+inline constexpr double kTieFraction = 0.01;
+inline constexpr const char* kPreference[] = {"oneshot_lamport", "oneshot_pull", "twoshot",
+                                              "unfused"};
+
+// The column chosen for one row, or nullopt (why says so) when no candidate has a valid time.
+std::optional<std::string> choose_column(const Row& row, std::string* why);
+
+// One entry for `key` from the sweep's rows (sorted by tokens, the first at 1 token). nullopt and
+// *why when a row has no valid candidate or the sweep does not start at 1.
+std::optional<TuningEntry> derive_entry(const std::vector<Row>& rows, const TuningKey& key,
+                                        std::string* why);
+
+// Replaces the entry with the same key in `table` (or appends it) and stamps the run's facts.
+// Refuses ("" = done) a table measured on another machine: one file describes one machine.
+std::string merge_entry(TuningTable* table, const TuningEntry& entry, const std::string& machine,
+                        const std::string& date, const std::string& commit);
+
+// Reads FILE if it exists (it must then be a valid table), merges `entry` into it, writes it back.
+// Returns "" or why not.
+std::string write_tuned_entry(const std::string& path, const TuningEntry& entry,
+                              const std::string& machine, const std::string& date,
+                              const std::string& commit);
+
+// The summary printed after the sweep: the ranges, then per token count the chosen column and
+// auto's time relative to the fastest column and to unfused (issue 4's goal: within 3% of the
+// fastest, never slower than unfused), when auto was measured.
+std::string tune_summary(const std::vector<Row>& rows, const TuningEntry& entry,
+                         const std::string& path);
+
+}  // namespace arf::bench
