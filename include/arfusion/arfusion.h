@@ -16,6 +16,11 @@
  *    With ARF_DEBUG_CHECKS=1 in the environment at communicator creation, a call on another stream
  *    while the previous call has not completed is refused (arfInvalidArgument, before launch; the
  *    check is conservative: it also refuses a switch the caller ordered with an event).
+ *  - ARF_TUNING_TABLE=<file> at communicator creation: rank 0 reads a measured dispatch table
+ *    (written by `arfusion-bench --op fused --tune-out <file>`) and every rank uses rank 0's copy,
+ *    so plans stay identical on every rank; `auto` then takes the table's choice where it is
+ *    feasible (arfPlan's reason says "tuned table: ..."). A named table that cannot be read or fails
+ *    validation makes creation fail on every rank, with the reason.
  *  - Collective: every rank of a communicator must issue the same sequence of operations with the
  *    same pattern, algorithm, dtype, num_tokens and hidden. A rank that does not join stalls its
  *    peers until the bounded wait expires (see arfCommGetAsyncError).
