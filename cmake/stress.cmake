@@ -35,7 +35,8 @@ set(ARF_STRESS_DIR ${CMAKE_CURRENT_SOURCE_DIR}/tools/stress)
 # Host-only parts, unit-tested without a GPU:
 add_library(arfusion_stress_core OBJECT
   ${ARF_STRESS_DIR}/args.cc ${ARF_STRESS_DIR}/dataset.cc ${ARF_STRESS_DIR}/schedule.cc
-  ${ARF_STRESS_DIR}/stop_control.cc ${ARF_STRESS_DIR}/summary.cc ${ARF_STRESS_DIR}/verify.cc)
+  ${ARF_STRESS_DIR}/stop_control.cc ${ARF_STRESS_DIR}/summary.cc ${ARF_STRESS_DIR}/verify.cc
+  ${ARF_STRESS_DIR}/gpu_report.cc)
 target_include_directories(arfusion_stress_core PUBLIC ${ARF_STRESS_DIR}
   ${CMAKE_CURRENT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/src)
 target_link_libraries(arfusion_stress_core PUBLIC arfusion_reference CLI11::CLI11
@@ -44,7 +45,8 @@ target_compile_options(arfusion_stress_core PRIVATE ${ARF_WARNINGS})
 # The parts that drive the GPU:
 add_library(arfusion_stress_runtime OBJECT
   ${ARF_STRESS_DIR}/calls.cc ${ARF_STRESS_DIR}/device.cu ${ARF_STRESS_DIR}/resources.cc
-  ${ARF_STRESS_DIR}/soak.cc ${ARF_STRESS_DIR}/verifier.cc)
+  ${ARF_STRESS_DIR}/soak.cc ${ARF_STRESS_DIR}/verifier.cc ${ARF_STRESS_DIR}/gpu_verifier.cc
+  ${ARF_STRESS_DIR}/gpu_check_kernels.cu)
 target_link_libraries(arfusion_stress_runtime PUBLIC arfusion_stress_core CUDA::cudart_static)
 target_compile_options(arfusion_stress_runtime PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${ARF_WARNINGS}>)
 
@@ -66,7 +68,7 @@ endfunction()
 
 if(ARF_BUILD_TESTS)
   add_executable(arfusion_stress_tests ${ARF_STRESS_DIR}/test_schedule.cc
-    ${ARF_STRESS_DIR}/test_checks.cc)
+    ${ARF_STRESS_DIR}/test_checks.cc ${ARF_STRESS_DIR}/test_gpu_check.cc)
   target_link_libraries(arfusion_stress_tests PRIVATE arfusion_stress_core arfusion
     GTest::gtest_main)
   target_compile_options(arfusion_stress_tests PRIVATE ${ARF_WARNINGS})
@@ -78,6 +80,12 @@ if(ARF_BUILD_TESTS)
     --progress 0 -J ${CMAKE_CURRENT_BINARY_DIR}/stress_soak.json)
   arf_add_stress_test(stress_soak_graphs gpu $<TARGET_FILE:arfusion-stress> -G 8 --window 4
     --calls 4000 --skew-us 50 --progress 0 -J ${CMAKE_CURRENT_BINARY_DIR}/stress_soak_graphs.json)
+  # The GPU verifier (--verify gpu, gpu_verifier.h) at GPU speed: 100000 calls, estimated 10-35 s
+  # (3000-10000 calls/s on 8 virtual ranks, not yet measured) plus ~10 s of setup; --seconds caps
+  # it so that ctest -L gpu grows by under a minute whatever the rate (PASS counts what ran).
+  arf_add_stress_test(stress_soak_gpu_verify gpu $<TARGET_FILE:arfusion-stress> --verify gpu
+    --calls 100000 --seconds 40 --skew-us 0 --ring 12 --progress 0
+    -J ${CMAKE_CURRENT_BINARY_DIR}/stress_soak_gpu_verify.json)
 endif()
 
 if(NOT ARF_BUILD_NEGATIVE_CONTROLS)
@@ -139,4 +147,14 @@ if(ARF_BUILD_TESTS)
   arf_add_stress_test(negative_no_lamport_clear "gpu;negative"
     $<TARGET_FILE:arfusion-stress-no_lamport_clear> ${nc_common} -a oneshot_lamport --calls 2000
     -J ${CMAKE_CURRENT_BINARY_DIR}/negative_no_lamport_clear.json)
+  # The same controls checked by the GPU verifier: it must catch them too.
+  arf_add_stress_test(negative_no_end_barrier_gpu_verify "gpu;negative"
+    $<TARGET_FILE:arfusion-stress-no_end_barrier> ${nc_common} --verify gpu -a oneshot_pull
+    --calls 2000 -J ${CMAKE_CURRENT_BINARY_DIR}/negative_no_end_barrier_gpu_verify.json)
+  arf_add_stress_test(negative_relaxed_flags_gpu_verify "gpu;negative"
+    $<TARGET_FILE:arfusion-stress-relaxed_flags> ${nc_common} --verify gpu -a oneshot_pull,twoshot
+    --calls 20000 --skew-us 0 -J ${CMAKE_CURRENT_BINARY_DIR}/negative_relaxed_flags_gpu_verify.json)
+  arf_add_stress_test(negative_no_lamport_clear_gpu_verify "gpu;negative"
+    $<TARGET_FILE:arfusion-stress-no_lamport_clear> ${nc_common} --verify gpu -a oneshot_lamport
+    --calls 2000 -J ${CMAKE_CURRENT_BINARY_DIR}/negative_no_lamport_clear_gpu_verify.json)
 endif()

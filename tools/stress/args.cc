@@ -83,8 +83,13 @@ void add_world_options(CLI::App& app, StressArgs& a, int& nranks) {
 void add_soak_options(CLI::App& app, StressArgs& a, std::string& algos, std::string& patterns) {
   app.add_option("-a,--algos", algos, "comma-separated algorithms")->capture_default_str();
   app.add_option("--patterns", patterns, "comma-separated patterns")->capture_default_str();
-  app.add_option("-n,--calls", a.calls, "call budget (0: until --seconds or Ctrl-C)")
-      ->capture_default_str();
+  auto* calls = app.add_option("-n,--calls", a.calls, "call budget (0: until --seconds or Ctrl-C)")
+                    ->capture_default_str();
+  app.add_option("--calls-per-algorithm", a.calls_per_algorithm,
+                 "call budget of N calls of every (algorithm, pattern) combination: --calls = N x "
+                 "algorithms x patterns (eager calls come out exactly N per combination)")
+      ->check(CLI::PositiveNumber)
+      ->excludes(calls);
   app.add_option("--seconds", a.seconds, "time budget (0: none)")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", a.seed, "seed of the call sequence and the data")->capture_default_str();
   app.add_option("--sets", a.num_sets, "data sets in the device ring (multiple of 4)")
@@ -103,12 +108,18 @@ void add_soak_options(CLI::App& app, StressArgs& a, std::string& algos, std::str
       ->capture_default_str();
 }
 
-void add_check_options(CLI::App& app, StressArgs& a) {
+void add_check_options(CLI::App& app, StressArgs& a, std::string& verifier) {
   app.add_option("--ring", a.ring_depth, "steps in flight to the verifier threads")
       ->check(CLI::Range(2, 64))
       ->capture_default_str();
   app.add_option("--verify-threads", a.verify_threads, "host verifier threads (0: auto)")
       ->check(CLI::Range(0, 256));
+  app.add_option("--verify", verifier,
+                 "host: host threads against the CPU reference (default, the independent "
+                 "reference); gpu: check kernels against a device reference at GPU speed (every "
+                 "rank on one device)")
+      ->check(CLI::IsMember({"host", "gpu"}))
+      ->capture_default_str();
   app.add_option("--hang-seconds", a.hang_seconds, "watchdog: exit 2 when nothing is verified "
                  "for this long")
       ->check(CLI::PositiveNumber)
@@ -125,7 +136,7 @@ void add_check_options(CLI::App& app, StressArgs& a) {
   app.add_option("-J,--json", a.json_path, "write the summary as JSON to FILE");
 }
 
-void validate(StressArgs& a, int nranks) {
+void validate(StressArgs& a, int nranks, const std::string& verifier) {
   if (a.hidden < 8 || a.hidden % 8 != 0 || a.hidden > 16384) {
     throw CLI::ValidationError("--hidden", "must be a multiple of 8 in [8, 16384]");
   }
@@ -138,6 +149,14 @@ void validate(StressArgs& a, int nranks) {
     if (d < 0) throw CLI::ValidationError("--devices", "device ordinals are >= 0");
   }
   if (a.expect_corruption) a.stop_on_wrong = true;
+  a.verify_gpu = verifier == "gpu";
+  if (a.verify_gpu && std::any_of(a.devices.begin(), a.devices.end(),
+                                  [&](int d) { return d != a.devices.front(); })) {
+    throw CLI::ValidationError("--verify", "gpu needs every rank on one device (virtual ranks)");
+  }
+  if (a.calls_per_algorithm > 0) {
+    a.calls = a.calls_per_algorithm * a.algos.size() * a.patterns.size();
+  }
 }
 
 std::string join_argv(int argc, char** argv) {
@@ -150,7 +169,7 @@ std::string join_argv(int argc, char** argv) {
 
 std::optional<StressArgs> parse_args(int argc, char** argv, int* exit_code) {
   StressArgs a;
-  std::string algos = kDefaultAlgos, patterns = kDefaultPatterns;
+  std::string algos = kDefaultAlgos, patterns = kDefaultPatterns, verifier = "host";
   int nranks = 0;
   CLI::App app{
       "arfusion-stress: the refill soak. Back-to-back fused calls of every algorithm and pattern,\n"
@@ -160,12 +179,12 @@ std::optional<StressArgs> parse_args(int argc, char** argv, int* exit_code) {
       "Exit: 0 clean, 1 wrong elements, 2 timeout/hang, 3 setup error, 77 no GPU."};
   add_world_options(app, a, nranks);
   add_soak_options(app, a, algos, patterns);
-  add_check_options(app, a);
+  add_check_options(app, a, verifier);
   try {
     app.parse(argc, argv);
     a.algos = parse_algos(algos);
     a.patterns = parse_patterns(patterns);
-    validate(a, nranks);
+    validate(a, nranks, verifier);
   } catch (const CLI::ParseError& e) {
     *exit_code = app.exit(e);
     if (*exit_code != 0) *exit_code = kExitSetup;

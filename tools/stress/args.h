@@ -45,6 +45,8 @@ struct StressArgs {
   bool expect_corruption = false;  // negative controls: succeed only if corruption is detected
   bool stop_on_wrong = false;      // stop at the first wrong call (implied by expect_corruption)
   bool list_boundaries = false;    // print the dispatch map and exit
+  bool verify_gpu = false;         // --verify gpu: check kernels (gpu_verifier.h), not host threads
+  uint64_t calls_per_algorithm = 0;  // > 0: calls = this x algorithms x patterns
   std::string json_path;
   std::string command_line;
 

@@ -3,7 +3,7 @@
 //   enqueue_inputs    ring rows [offset, offset + tokens) of the call's set -> the work slot
 //   (the collective)  arfFusedAllReduce on the work slot (eager), or inside a graph replay
 //   consumer          overwrite input, residual and gamma (device.h says why)
-//   enqueue_outputs   outputs -> the step's pinned host slot, for the verifier threads
+//   enqueue_outputs   outputs -> the step's output slot (pinned host, or device with --verify gpu)
 //
 // and the setup steps that must precede the first collective: graph capture and a warm-up of every
 // operation the soak enqueues (so nothing is loaded or allocated lazily once peers spin).
@@ -34,7 +34,8 @@ std::vector<int64_t> step_output_offsets(const StepSpec& step, int64_t hidden, i
 void enqueue_inputs(const RankResources& rr, const WorkSlot& work, const CallSpec& call,
                     const ResourceOptions& options);
 ConsumerTargets consumer_targets(const CallSpec& call, const WorkSlot& work, int64_t hidden);
-// Device-to-host copies of the call's outputs to host + offset (in words).
+// Copies of the call's outputs to the output slot at host + offset (in words); the slot is pinned
+// host memory or device memory (--verify gpu).
 void enqueue_outputs(const RankResources& rr, const WorkSlot& work, const CallSpec& call,
                      uint16_t* host, int64_t hidden);
 

@@ -18,12 +18,15 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include "args.h"
 #include "calls.h"
 #include "dataset.h"
 #include "device.h"
+#include "gpu_verifier.h"
 #include "resources.h"
 #include "schedule.h"
 #include "soak.h"
@@ -111,6 +114,7 @@ void prepare(const StressArgs& args, Setup* s) {
   ro.set_rows = set_rows(args);
   ro.work_slots = args.num_graphs > 0 ? args.window : 1;
   ro.ring_depth = args.ring_depth;
+  ro.device_slots = args.verify_gpu;
   s->resources = std::make_unique<Resources>(ro);
   s->map = probe_dispatch(args, *s->resources);
   s->schedule.seed = args.seed;
@@ -146,7 +150,7 @@ void finish_setup(const StressArgs& args, Setup* s) {
 }
 
 // Watches the soak from the main thread: time budget, Ctrl-C, verifier errors, progress, hang.
-void monitor(const StressArgs& args, Soak& soak, StopControl& stop, Verifier& verifier,
+void monitor(const StressArgs& args, Soak& soak, StopControl& stop, StepVerifier& verifier,
              const std::atomic<int>& running, Clock::time_point start) {
   uint64_t last_steps = 0;
   Clock::time_point last_change = Clock::now(), last_print = Clock::now();
@@ -189,14 +193,23 @@ int run(const StressArgs& args) {
   facts.pinned_bytes = s.resources->pinned_bytes();
   facts.device_bytes = s.resources->device_bytes();
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  facts.verify_threads =
-      args.verify_threads > 0 ? args.verify_threads : std::max(2, hw - args.world() - 1);
+  facts.verifier = args.verify_gpu ? "gpu" : "host";
+  facts.verify_threads = args.verify_gpu ? 0
+                         : args.verify_threads > 0 ? args.verify_threads
+                                                   : std::max(2, hw - args.world() - 1);
 
   StopControl stop(args.world());
-  VerifierConfig vc{s.resources.get(), &s.sets, ref_dtype(args.dtype), facts.verify_threads,
-                    [&] { if (args.stop_on_wrong) stop.request(); }};
-  Verifier verifier(vc);
-  Soak soak({&args, &s.map, s.schedule, s.resources.get(), &verifier, &stop});
+  const std::function<void()> on_first_wrong = [&] { if (args.stop_on_wrong) stop.request(); };
+  // Constructed before the first collective: both allocate (resources.h says why that matters).
+  std::unique_ptr<StepVerifier> verifier;
+  if (args.verify_gpu) {
+    verifier = std::make_unique<GpuVerifier>(
+        GpuVerifierConfig{s.resources.get(), &s.sets, ref_dtype(args.dtype), on_first_wrong});
+  } else {
+    verifier = std::make_unique<Verifier>(VerifierConfig{
+        s.resources.get(), &s.sets, ref_dtype(args.dtype), facts.verify_threads, on_first_wrong});
+  }
+  Soak soak({&args, &s.map, s.schedule, s.resources.get(), verifier.get(), &stop});
   std::signal(SIGINT, on_sigint);
   const Clock::time_point start = Clock::now();
   std::atomic<int> running{args.world()};
@@ -207,15 +220,15 @@ int run(const StressArgs& args) {
       running.fetch_sub(1);
     });
   }
-  monitor(args, soak, stop, verifier, running, start);
+  monitor(args, soak, stop, *verifier, running, start);
   for (std::thread& t : ranks) t.join();
-  facts.unverified_steps = verifier.close();
+  facts.unverified_steps = verifier->close();
   facts.elapsed_seconds = seconds_since(start);
   facts.verify_wait_seconds = soak.verify_wait_seconds();
   facts.timeouts = soak.timeouts();
-  facts.errors = soak.errors() + (verifier.error().empty() ? 0 : 1);
-  facts.first_error = !soak.first_error().empty() ? soak.first_error() : verifier.error();
-  const Totals totals = verifier.totals();
+  facts.errors = soak.errors() + (verifier->error().empty() ? 0 : 1);
+  facts.first_error = !soak.first_error().empty() ? soak.first_error() : verifier->error();
+  const Totals totals = verifier->totals();
   print_result(args, s.map, totals, facts);
   if (!args.json_path.empty() && !write_json(args.json_path, args, s.map, totals, facts)) {
     return kExitSetup;

@@ -92,11 +92,15 @@ void Resources::allocate_host(int64_t slot_words) {
     cuda_check(cudaSetDevice(rr.device), "cudaSetDevice");
     for (int s = 0; s < options_.ring_depth; ++s) {
       HostSlot h;
-      void* ptr = nullptr;
-      cuda_check(cudaHostAlloc(&ptr, static_cast<size_t>(slot_bytes), cudaHostAllocPortable),
-                 "cudaHostAlloc(" + std::to_string(slot_bytes) + " bytes)");
-      h.data = static_cast<uint16_t*>(ptr);
-      pinned_bytes_ += slot_bytes;
+      if (options_.device_slots) {
+        h.data = static_cast<uint16_t*>(device_alloc(rr.device, slot_bytes));  // freed with the rest
+      } else {
+        void* ptr = nullptr;
+        cuda_check(cudaHostAlloc(&ptr, static_cast<size_t>(slot_bytes), cudaHostAllocPortable),
+                   "cudaHostAlloc(" + std::to_string(slot_bytes) + " bytes)");
+        h.data = static_cast<uint16_t*>(ptr);
+        pinned_bytes_ += slot_bytes;
+      }
       // Blocking sync: verifier threads sleep in cudaEventSynchronize instead of spinning on
       // cores the rank threads need.
       cuda_check(cudaEventCreateWithFlags(&h.ready, cudaEventDisableTiming | cudaEventBlockingSync),
@@ -144,7 +148,7 @@ Resources::~Resources() {
     cudaSetDevice(rr.device);
     for (HostSlot& h : rr.host) {
       cudaEventDestroy(h.ready);
-      cudaFreeHost(h.data);
+      if (!options_.device_slots) cudaFreeHost(h.data);
     }
     if (rr.stream != nullptr) cudaStreamDestroy(rr.stream);
   }

@@ -34,6 +34,7 @@ struct ResourceOptions {
   int64_t set_rows = 1024;
   int work_slots = 1;
   int ring_depth = 6;
+  bool device_slots = false;  // output slots in device memory (--verify gpu), else pinned host
 };
 
 // One call's device buffers. out_a: allreduce_out or residual_out; out_b: norm_out.
@@ -45,8 +46,10 @@ struct WorkSlot {
   void* out_b = nullptr;
 };
 
+// One step's outputs of one rank: pinned host memory for the host verifier, device memory for
+// the GPU verifier (--verify gpu); filled by stream-ordered copies either way (calls.cc).
 struct HostSlot {
-  uint16_t* data = nullptr;     // pinned
+  uint16_t* data = nullptr;     // pinned, or device memory (ResourceOptions::device_slots)
   cudaEvent_t ready = nullptr;  // recorded after the step's output copies
 };
 
@@ -74,8 +77,8 @@ class Resources {
 
   // Copies the sets' inputs, residuals and gammas into the device rings (synchronous).
   void upload(const std::vector<DataSet>& sets);
-  // Pinned host slots of `slot_words` 16-bit words (the largest step's outputs) and their events,
-  // ring_depth per rank. Separate from the constructor because the largest step is known only once
+  // Output slots of `slot_words` 16-bit words (the largest step's outputs) and their events,
+  // ring_depth per rank: pinned host memory, or device memory with device_slots. Separate from the constructor because the largest step is known only once
   // the dispatch map (which needs the communicators) has shaped the schedule.
   void allocate_host(int64_t slot_words);
 

@@ -22,7 +22,7 @@
 #include "resources.h"
 #include "schedule.h"
 #include "stop_control.h"
-#include "verifier.h"
+#include "step_verifier.h"
 
 namespace arf::stress {
 
@@ -31,7 +31,7 @@ struct SoakConfig {
   const DispatchMap* map = nullptr;
   ScheduleOptions schedule;
   Resources* resources = nullptr;
-  Verifier* verifier = nullptr;
+  StepVerifier* verifier = nullptr;
   StopControl* stop = nullptr;
 };
 

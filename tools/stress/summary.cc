@@ -139,9 +139,9 @@ void print_header(const StressArgs& a, const DispatchMap& map, const std::string
   }
   std::printf("# arfusion-stress (library build: %s)\n", variant.c_str());
   std::printf("# world %d on devices %s, %s, hidden %" PRId64 ", max_tokens %" PRId64
-              ", seed %" PRIu64 ", skew up to %d us, %s\n",
+              ", seed %" PRIu64 ", skew up to %d us, verify %s, %s\n",
               a.world(), devices.c_str(), dtype_name(a.dtype), a.hidden, a.max_tokens, a.seed,
-              a.skew_us,
+              a.skew_us, a.verify_gpu ? "gpu" : "host",
               a.num_graphs > 0 ? ("graphs " + std::to_string(a.num_graphs) + " x " +
                                   std::to_string(a.window) + " calls + eager").c_str()
                                : "eager");
@@ -171,11 +171,15 @@ void print_progress(const Totals& t, double seconds) {
 }
 
 void print_result(const StressArgs& a, const DispatchMap& map, const Totals& t, const RunFacts& f) {
+  const std::string verifier =
+      f.verifier == "gpu" ? std::string("verifier gpu: check kernels vs a device reference")
+                          : "verifier host: CPU reference, " + std::to_string(f.verify_threads) +
+                                " threads";
   std::printf("# calls %" PRIu64 " in %" PRIu64 " steps (%" PRIu64 " graph replays), %.1f s, "
-              "%.0f calls/s; verify waits %.1f s over all ranks (%d verifier threads)\n",
+              "%.0f calls/s; verify waits %.1f s over all ranks (%s)\n",
               t.calls, t.steps, t.graph_replays, f.elapsed_seconds,
               f.elapsed_seconds > 0 ? static_cast<double>(t.calls) / f.elapsed_seconds : 0.0,
-              f.verify_wait_seconds, f.verify_threads);
+              f.verify_wait_seconds, verifier.c_str());
   std::printf("# shapes covered %zu (combination x tokens); boundary points %zu of %zu\n",
               t.shapes.size(), t.boundary_points_hit(map), map.num_boundary_points());
   for (size_t c = 0; c < map.combos().size(); ++c) {
@@ -227,6 +231,8 @@ bool write_json(const std::string& path, const StressArgs& a, const DispatchMap&
             {"elapsed_seconds", f.elapsed_seconds},
             {"setup_seconds", f.setup_seconds},
             {"verify_wait_seconds", f.verify_wait_seconds},
+            {"verifier", f.verifier},
+            {"verify_threads", f.verify_threads},
             {"shapes_covered", t.shapes.size()},
             {"boundary_points", map.num_boundary_points()},
             {"boundary_points_covered", t.boundary_points_hit(map)},

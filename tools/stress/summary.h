@@ -41,8 +41,9 @@ struct RunFacts {
   std::string git_commit;       // ARF_GIT_COMMIT, if set
   double elapsed_seconds = 0;   // soak only (after setup)
   double setup_seconds = 0;
-  double verify_wait_seconds = 0;  // rank threads waiting for a free host slot, summed
-  int verify_threads = 0;
+  double verify_wait_seconds = 0;  // rank threads waiting for a free output slot, summed
+  std::string verifier = "host";  // "host" (CPU reference, verifier.h) or "gpu" (gpu_verifier.h)
+  int verify_threads = 0;         // host verifier threads (0 with the GPU verifier)
   int64_t pinned_bytes = 0;
   int64_t device_bytes = 0;
   uint64_t timeouts = 0;        // ranks that saw arfTimeout / a failed communicator

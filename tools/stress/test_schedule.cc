@@ -203,5 +203,32 @@ TEST(Args, BadValuesExitWithTheSetupCode) {
   }
 }
 
+
+TEST(Args, VerifyGpuAndCallsPerAlgorithm) {
+  int code = -1;
+  auto a = parse({}, &code);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_FALSE(a->verify_gpu);  // the host verifier stays the default
+  a = parse({"--verify", "gpu", "--calls-per-algorithm", "1000", "-a", "twoshot,auto"}, &code);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_TRUE(a->verify_gpu);
+  EXPECT_EQ(a->calls, 1000u * 2 * 2);  // x algorithms x patterns
+  a = parse({"--verify", "host", "--patterns", "residual_rmsnorm", "--calls-per-algorithm", "7"},
+            &code);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_FALSE(a->verify_gpu);
+  EXPECT_EQ(a->calls, 7u * 5);
+  a = parse({"--verify", "gpu", "--nranks", "4"}, &code);  // virtual ranks on one device: fine
+  ASSERT_TRUE(a.has_value());
+  for (std::vector<std::string> bad : {std::vector<std::string>{"--verify", "cpu"},
+                                       {"--verify", "gpu", "--devices", "0,1"},
+                                       {"--calls", "5", "--calls-per-algorithm", "5"},
+                                       {"--calls-per-algorithm", "0"}}) {
+    code = -1;
+    EXPECT_FALSE(parse(bad, &code).has_value()) << bad[0] << " " << bad[1];
+    EXPECT_EQ(code, kExitSetup) << bad[0] << " " << bad[1];
+  }
+}
+
 }  // namespace
 }  // namespace arf::stress

@@ -22,6 +22,7 @@
 #include "dataset.h"
 #include "resources.h"
 #include "schedule.h"
+#include "step_verifier.h"
 #include "summary.h"
 
 namespace arf::stress {
@@ -34,24 +35,24 @@ struct VerifierConfig {
   std::function<void()> on_first_wrong;  // called once, from a verifier thread
 };
 
-class Verifier {
+class Verifier : public StepVerifier {
  public:
   explicit Verifier(const VerifierConfig& config);
-  ~Verifier();
+  ~Verifier() override;
   Verifier(const Verifier&) = delete;
   Verifier& operator=(const Verifier&) = delete;
 
   // Rank threads. True once the host slot of `step` is free (its previous step was verified).
-  bool slot_free(int64_t step) const;
+  bool slot_free(int64_t step) const override;
   // After the rank recorded the slot's event behind its output copies.
-  void submit(int rank, const StepSpec& step);
+  void submit(int rank, const StepSpec& step) override;
 
   // Main thread: verify every step all ranks submitted, then stop the threads. Returns the number
   // of steps that only some ranks submitted (left unverified after a failure).
-  uint64_t close();
-  Totals totals() const;
-  uint64_t steps_verified() const { return steps_verified_.load(); }
-  std::string error() const;  // a CUDA error while waiting for an event ("" if none)
+  uint64_t close() override;
+  Totals totals() const override;
+  uint64_t steps_verified() const override { return steps_verified_.load(); }
+  std::string error() const override;  // a CUDA error while waiting for an event ("" if none)
 
  private:
   struct Pending {
