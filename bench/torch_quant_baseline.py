@@ -40,7 +40,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -50,7 +49,7 @@ try:
 except ImportError:
     sys.exit("torch_quant_baseline: PyTorch is not installed")
 from torch_baseline import (COPY_BYTES, copy_bandwidth_gbps, epilogue, make_inputs,  # noqa: E402
-                            raise_recompile_limit, token_sweep)
+                            raise_recompile_limit, time_graph, token_sweep)
 
 E4M3_MAX = 448.0
 E2M1_MAX = 6.0
@@ -211,30 +210,6 @@ def check_compiled(fn, eager_fn, call_args, fp4):
 
 
 # ---- timing ------------------------------------------------------------------------------------
-
-def time_graph(fn, call_sets, args):
-    """Median over repeats of elapsed / calls, in microseconds, for `iters` calls per graph."""
-    for i in range(3):  # autotune (and, where a shape is new, compile) outside the capture
-        fn(*call_sets[i % len(call_sets)])
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(args.iters):
-            fn(*call_sets[i % len(call_sets)])
-    graph.replay()  # untimed: uploads the graph
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(args.repeats):
-        start.record()
-        for _ in range(args.replays):
-            graph.replay()
-        stop.record()
-        stop.synchronize()
-        samples.append(1e3 * start.elapsed_time(stop) / (args.iters * args.replays))
-    del graph
-    return statistics.median(samples), samples
-
 
 def mark_tokens_dynamic(tensors, tokens, shapes):
     """--shapes dynamic: the token dimension of x and residual is symbolic. One token is never
