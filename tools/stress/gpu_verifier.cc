@@ -1,6 +1,9 @@
 // The GPU verifier's host side (gpu_verifier.h).
 #include "gpu_verifier.h"
 
+#include <optional>
+#include <utility>
+
 #include "calls.h"
 #include "device.h"
 
@@ -46,8 +49,7 @@ GpuVerifier::GpuVerifier(const GpuVerifierConfig& config)
       depth_(config.resources->options().ring_depth),
       world_(config.resources->world()),
       device_(config.resources->rank(0).device),
-      pending_(static_cast<size_t>(depth_)),
-      released_(new std::atomic<int64_t>[static_cast<size_t>(depth_)]) {
+      pipeline_(depth_, world_) {
   const ResourceOptions& o = config.resources->options();
   if (!o.device_slots) throw StressError("--verify gpu needs the output slots on the device");
   for (int r = 0; r < world_; ++r) {
@@ -63,7 +65,6 @@ GpuVerifier::GpuVerifier(const GpuVerifierConfig& config)
     cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync),
                "cudaEventCreate");
     done_.push_back(e);
-    released_[s].store(s);
   }
   void* ptr = nullptr;
   cuda_check(cudaMalloc(&ptr, sizeof(gv::CheckState)), "cudaMalloc(check state)");
@@ -75,7 +76,7 @@ GpuVerifier::GpuVerifier(const GpuVerifierConfig& config)
                            cudaHostAllocPortable), "cudaHostAlloc(check mirrors)");
   mirror_ = static_cast<gv::CheckState*>(ptr);
   for (int s = 0; s < depth_; ++s) mirror_[s] = initial;
-  reaper_ = std::thread(&GpuVerifier::reaper, this);
+  reaper_ = std::thread([this] { pipeline_.run_worker([this](const Job& job) { reap(job); }); });
 }
 
 GpuVerifier::~GpuVerifier() {
@@ -88,34 +89,18 @@ GpuVerifier::~GpuVerifier() {
   if (mirror_ != nullptr) cudaFreeHost(mirror_);
 }
 
-bool GpuVerifier::slot_free(int64_t step) const {
-  return released_[step % depth_].load(std::memory_order_acquire) >= step;
-}
+bool GpuVerifier::slot_free(int64_t step) const { return pipeline_.slot_free(step); }
 
 void GpuVerifier::submit(int rank, const StepSpec& step) {
   (void)rank;
-  const int slot = static_cast<int>(step.step % depth_);
-  Pending& p = pending_[static_cast<size_t>(slot)];
-  {
-    std::lock_guard<std::mutex> lock(p.mu);
-    if (p.step != step.step) {  // first rank to submit this step
-      p.step = step.step;
-      p.arrived = 0;
-      p.spec = step;
-    }
-    if (++p.arrived < world_) return;
-  }
+  std::optional<Job> job = pipeline_.arrive(step);
+  if (!job) return;
   // The last rank of the step: every rank's slot event is recorded, so the waits name them.
-  Job job{slot, step};
   {
     std::lock_guard<std::mutex> lock(check_mu_);
-    if (!enqueue_check(job)) return;  // error() is set: the monitor stops the soak
+    if (!enqueue_check(*job)) return;  // error() is set: the monitor stops the soak
   }
-  {
-    std::lock_guard<std::mutex> qlock(queue_mu_);
-    queue_.push_back(std::move(job));
-  }
-  queue_cv_.notify_one();
+  pipeline_.push(std::move(*job));
 }
 
 bool GpuVerifier::enqueue_check(const Job& job) {
@@ -148,20 +133,6 @@ bool GpuVerifier::enqueue_check(const Job& job) {
     return false;
   }
   return true;
-}
-
-void GpuVerifier::reaper() {
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock<std::mutex> lock(queue_mu_);
-      queue_cv_.wait(lock, [&] { return closing_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // closing and drained
-      job = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    reap(job);
-  }
 }
 
 void GpuVerifier::reap(const Job& job) {
@@ -205,23 +176,13 @@ void GpuVerifier::reap(const Job& job) {
     }
   }
   if (first_wrong && config_.on_first_wrong) config_.on_first_wrong();
-  steps_verified_.fetch_add(1);
-  released_[job.slot].store(job.spec.step + depth_, std::memory_order_release);
+  pipeline_.release(job);
 }
 
 uint64_t GpuVerifier::close() {
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    closing_ = true;
-  }
-  queue_cv_.notify_all();
+  pipeline_.close_queue();
   if (reaper_.joinable()) reaper_.join();
-  uint64_t partial = 0;
-  for (Pending& p : pending_) {
-    std::lock_guard<std::mutex> lock(p.mu);
-    if (p.step >= 0 && p.arrived > 0 && p.arrived < world_) ++partial;
-  }
-  return partial;
+  return pipeline_.partial_steps();
 }
 
 Totals GpuVerifier::totals() const {

@@ -27,12 +27,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -43,6 +39,7 @@
 #include "gpu_report.h"
 #include "resources.h"
 #include "schedule.h"
+#include "step_pipeline.h"
 #include "step_verifier.h"
 #include "summary.h"
 
@@ -89,23 +86,12 @@ class GpuVerifier : public StepVerifier {
   void submit(int rank, const StepSpec& step) override;
   uint64_t close() override;
   Totals totals() const override;
-  uint64_t steps_verified() const override { return steps_verified_.load(); }
+  uint64_t steps_verified() const override { return pipeline_.steps_verified(); }
   std::string error() const override;
 
  private:
-  struct Pending {
-    std::mutex mu;
-    int64_t step = -1;
-    int arrived = 0;
-    StepSpec spec;
-  };
-  struct Job {
-    int slot;
-    StepSpec spec;
-  };
-
+  using Job = StepPipeline::Job;
   bool enqueue_check(const Job& job);  // check stream; under check_mu_; false on an error
-  void reaper();
   void reap(const Job& job);
   void set_error(const std::string& message);
 
@@ -117,19 +103,13 @@ class GpuVerifier : public StepVerifier {
   std::vector<cudaEvent_t> done_;            // [slot]
   gv::CheckState* state_ = nullptr;          // device
   gv::CheckState* mirror_ = nullptr;         // pinned, [slot]
-  std::vector<Pending> pending_;             // [slot]
-  std::unique_ptr<std::atomic<int64_t>[]> released_;  // [slot]: steps < value may use the slot
+  StepPipeline pipeline_;                    // one worker (the reaper): steps in order
   std::mutex check_mu_;
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<Job> queue_;
-  bool closing_ = false;
   std::thread reaper_;
 
   mutable std::mutex totals_mu_;
   Totals totals_;
   std::string error_;
-  std::atomic<uint64_t> steps_verified_{0};
 };
 
 }  // namespace arf::stress

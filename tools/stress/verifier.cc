@@ -3,59 +3,32 @@
 
 #include <cuda_runtime_api.h>
 
+#include <optional>
+#include <utility>
+
 #include "calls.h"
 
 namespace arf::stress {
 
 Verifier::Verifier(const VerifierConfig& config)
     : config_(config),
-      depth_(config.resources->options().ring_depth),
       world_(config.resources->world()),
-      pending_(static_cast<size_t>(depth_)),
-      released_(new std::atomic<int64_t>[static_cast<size_t>(depth_)]) {
-  // Slot s serves steps s, s + depth, ...: free for step s from the start.
-  for (int s = 0; s < depth_; ++s) released_[s].store(s);
-  for (int t = 0; t < config.threads; ++t) threads_.emplace_back(&Verifier::worker, this);
+      pipeline_(config.resources->options().ring_depth, world_) {
+  for (int t = 0; t < config.threads; ++t) {
+    threads_.emplace_back([this] { pipeline_.run_worker([this](const auto& job) { verify(job); }); });
+  }
 }
 
 Verifier::~Verifier() { close(); }
 
-bool Verifier::slot_free(int64_t step) const {
-  return released_[step % depth_].load(std::memory_order_acquire) >= step;
-}
+bool Verifier::slot_free(int64_t step) const { return pipeline_.slot_free(step); }
 
 void Verifier::submit(int rank, const StepSpec& step) {
   (void)rank;
-  Pending& p = pending_[static_cast<size_t>(step.step % depth_)];
-  std::lock_guard<std::mutex> lock(p.mu);
-  if (p.step != step.step) {  // first rank to submit this step
-    p.step = step.step;
-    p.arrived = 0;
-    p.spec = step;
-  }
-  if (++p.arrived < world_) return;
-  {
-    std::lock_guard<std::mutex> qlock(queue_mu_);
-    queue_.push_back({static_cast<int>(step.step % depth_), p.spec});
-  }
-  queue_cv_.notify_one();
+  if (std::optional<StepPipeline::Job> job = pipeline_.arrive(step)) pipeline_.push(std::move(*job));
 }
 
-void Verifier::worker() {
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock<std::mutex> lock(queue_mu_);
-      queue_cv_.wait(lock, [&] { return closing_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // closing and drained
-      job = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    verify(job);
-  }
-}
-
-void Verifier::verify(const Job& job) {
+void Verifier::verify(const StepPipeline::Job& job) {
   const Resources& res = *config_.resources;
   const int64_t hidden = res.options().hidden;
   for (int r = 0; r < world_; ++r) {
@@ -94,24 +67,14 @@ void Verifier::verify(const Job& job) {
     if (local.bad_calls > 0 && !reported_wrong_) first_wrong = reported_wrong_ = true;
   }
   if (first_wrong && config_.on_first_wrong) config_.on_first_wrong();
-  steps_verified_.fetch_add(1);
-  released_[job.slot].store(job.spec.step + depth_, std::memory_order_release);
+  pipeline_.release(job);
 }
 
 uint64_t Verifier::close() {
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    closing_ = true;
-  }
-  queue_cv_.notify_all();
+  pipeline_.close_queue();
   for (std::thread& t : threads_) t.join();
   threads_.clear();
-  uint64_t partial = 0;
-  for (Pending& p : pending_) {
-    std::lock_guard<std::mutex> lock(p.mu);
-    if (p.step >= 0 && p.arrived > 0 && p.arrived < world_) ++partial;
-  }
-  return partial;
+  return pipeline_.partial_steps();
 }
 
 Totals Verifier::totals() const {

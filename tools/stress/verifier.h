@@ -3,17 +3,12 @@
 // Flow: each rank thread copies a step's outputs into pinned host slot (step % ring_depth),
 // records the slot's event and submits the step here. When every rank has submitted it, a verifier
 // thread waits for the ranks' events, checks every call of the step (verify.h), merges the totals
-// and frees the slot. A rank thread needs the slot free again before it reuses it ring_depth steps
-// later, so a verifier that falls behind slows the soak down (back-pressure) instead of letting
-// checks be skipped; the time spent waiting is reported.
+// and frees the slot (step_pipeline.h: back-pressure instead of skipped checks); the time spent
+// waiting is reported.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -22,6 +17,7 @@
 #include "dataset.h"
 #include "resources.h"
 #include "schedule.h"
+#include "step_pipeline.h"
 #include "step_verifier.h"
 #include "summary.h"
 
@@ -51,40 +47,21 @@ class Verifier : public StepVerifier {
   // of steps that only some ranks submitted (left unverified after a failure).
   uint64_t close() override;
   Totals totals() const override;
-  uint64_t steps_verified() const override { return steps_verified_.load(); }
+  uint64_t steps_verified() const override { return pipeline_.steps_verified(); }
   std::string error() const override;  // a CUDA error while waiting for an event ("" if none)
 
  private:
-  struct Pending {
-    std::mutex mu;
-    int64_t step = -1;
-    int arrived = 0;
-    StepSpec spec;
-  };
-  struct Job {
-    int slot;
-    StepSpec spec;
-  };
-
-  void worker();
-  void verify(const Job& job);
+  void verify(const StepPipeline::Job& job);
 
   VerifierConfig config_;
-  int depth_ = 0;
   int world_ = 0;
-  std::vector<Pending> pending_;                      // [slot]
-  std::unique_ptr<std::atomic<int64_t>[]> released_;  // [slot]: steps < value may use the slot
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<Job> queue_;
-  bool closing_ = false;
+  StepPipeline pipeline_;
   std::vector<std::thread> threads_;
 
   mutable std::mutex totals_mu_;
   Totals totals_;
   std::string error_;
   bool reported_wrong_ = false;
-  std::atomic<uint64_t> steps_verified_{0};
 };
 
 }  // namespace arf::stress
