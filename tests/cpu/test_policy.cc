@@ -29,14 +29,7 @@ StaticFacts facts_for(int world, int ranks_per_device = 1, int64_t max_tokens = 
 
 CallShape fused(int64_t tokens, int hidden, Algorithm requested = Algorithm::kAuto,
                 Pattern pattern = Pattern::kResidualRmsNorm) {
-  CallShape s;
-  s.pattern = pattern;
-  s.requested = requested;
-  s.dtype = DType::kBf16;
-  s.num_elems = tokens * hidden;
-  s.row_elems = hidden;
-  s.num_rows = tokens;
-  return s;
+  return call_shape(tokens, hidden, pattern, requested);
 }
 
 TEST(BlockThreads, HiddenSizesOfRealModels) {

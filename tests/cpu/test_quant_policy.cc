@@ -31,14 +31,7 @@ StaticFacts facts_for(int world, int64_t max_tokens = 1024, int64_t max_hidden =
 
 CallShape quant_call(Pattern pattern, int64_t tokens, int hidden,
                      Algorithm requested = Algorithm::kAuto, int fallback = 0) {
-  CallShape s;
-  s.pattern = pattern;
-  s.requested = requested;
-  s.requested_fallback = fallback;
-  s.num_elems = tokens * hidden;
-  s.row_elems = hidden;
-  s.num_rows = tokens;
-  return s;
+  return call_shape(tokens, hidden, pattern, requested, fallback);
 }
 
 void expect_error(const CallShape& shape, const StaticFacts& facts, arfStatus_t code,

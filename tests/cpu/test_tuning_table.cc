@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "cpu/plan_test_util.h"
 #include "policy/policy.h"
 #include "policy/tuning_table.h"
 
@@ -38,21 +39,7 @@ StaticFacts facts_for(int world, int ranks_per_device = 1, int64_t max_tokens = 
 
 CallShape call(int64_t tokens, int hidden, Pattern pattern = Pattern::kResidualRmsNorm,
                Algorithm requested = Algorithm::kAuto, int level = 0) {
-  CallShape s;
-  s.pattern = pattern;
-  s.requested = requested;
-  s.requested_fallback = level;
-  s.dtype = DType::kBf16;
-  s.num_elems = tokens * hidden;
-  s.row_elems = hidden;
-  s.num_rows = tokens;
-  return s;
-}
-
-Plan plan_ok(const CallShape& shape, const StaticFacts& facts, const TuningTable* table = nullptr) {
-  Result<Plan> r = make_plan(shape, facts, table);
-  EXPECT_TRUE(r.is_ok()) << r.status().message();
-  return r.is_ok() ? r.value() : Plan{};
+  return call_shape(tokens, hidden, pattern, requested, level);
 }
 
 TuningKey key(int world, int hidden, TuningGroup group = TuningGroup::kPlain,
