@@ -94,13 +94,7 @@ bool GpuVerifier::slot_free(int64_t step) const { return pipeline_.slot_free(ste
 void GpuVerifier::submit(int rank, const StepSpec& step) {
   (void)rank;
   std::optional<Job> job = pipeline_.arrive(step);
-  if (!job) return;
-  // The last rank of the step: every rank's slot event is recorded, so the waits name them.
-  {
-    std::lock_guard<std::mutex> lock(check_mu_);
-    if (!enqueue_check(*job)) return;  // error() is set: the monitor stops the soak
-  }
-  pipeline_.push(std::move(*job));
+  if (job) pipeline_.push(std::move(*job));  // the reaper checks it once its outputs exist
 }
 
 bool GpuVerifier::enqueue_check(const Job& job) {
@@ -108,9 +102,12 @@ bool GpuVerifier::enqueue_check(const Job& job) {
   const int64_t hidden = res.options().hidden;
   try {
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    // The host waits for every rank's outputs; the check stream never waits on the device. A
+    // stream wait would park at the head of a hardware queue that a rank's stream may share, and
+    // a rank kernel queued behind it could then not start until the step completes elsewhere.
     for (int r = 0; r < world_; ++r) {
-      cuda_check(cudaStreamWaitEvent(stream_, res.rank(r).host[job.slot].ready, 0),
-                 "check stream: wait for rank " + std::to_string(r) + "'s outputs");
+      cuda_check(cudaEventSynchronize(res.rank(r).host[job.slot].ready),
+                 "wait for rank " + std::to_string(r) + "'s outputs");
     }
     FinalizeParams fin;
     fin.step = static_cast<uint64_t>(job.spec.step);
@@ -136,6 +133,7 @@ bool GpuVerifier::enqueue_check(const Job& job) {
 }
 
 void GpuVerifier::reap(const Job& job) {
+  if (!enqueue_check(job)) return;  // error() is set: the monitor stops the soak
   const cudaError_t err = cudaEventSynchronize(done_[static_cast<size_t>(job.slot)]);
   if (err != cudaSuccess) {
     set_error(std::string("check of step ") + std::to_string(job.spec.step) + ": " +

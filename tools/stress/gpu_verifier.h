@@ -7,19 +7,22 @@
 //    in DEVICE memory in this mode (resources.h), and records the slot's event — the very copies
 //    the host verifier gets, at the same place in the stream (after the consumer, so the check
 //    sees each call's outputs exactly once, and before the slot can be reused);
-//  - when every rank has submitted the step, the last one enqueues on the verifier's own CHECK
-//    STREAM: a wait for every rank's slot event, one check kernel per call of the step (one block
+//  - when every rank has submitted the step, the reaper thread (one, steps in order) waits ON THE
+//    HOST for every rank's slot event, then enqueues on the verifier's own CHECK STREAM one check
+//    kernel per call of the step (one block
 //    per row: the device reference computed from the data set rows the call used — the device
 //    rings, which nothing overwrites after the upload; the consumer only overwrites the work
 //    slots — compared with every rank's outputs and bitwise with rank 0's), a one-thread finalize
 //    kernel (per-call counts into the run's totals, the step's lowest first-bad key into the run's
 //    first bad record with the bad element's bits), a 72-byte copy of the totals into the slot's
 //    pinned mirror, and the slot's `done` event;
-//  - one reaper thread waits for the `done` events in step order, takes the totals from the
-//    mirror (and the first bad call's spec from the step), and frees the slot for the rank threads.
-// Nothing on the GPU ever waits for the check stream, and check kernels never wait for anything,
-// so the check stream cannot take part in a virtual-rank deadlock (soak.h, resources.h): its
-// waits are enqueued only after every rank recorded the events they name.
+//  - the reaper waits for `done`, takes the totals from the mirror (and the first bad call's spec
+//    from the step), and frees the slot for the rank threads.
+// Nothing on the GPU ever waits for the check stream, and the check stream never waits on the
+// device (no cudaStreamWaitEvent): its work is enqueued only once the outputs it reads exist, so
+// it cannot take part in a virtual-rank deadlock (soak.h, resources.h). The first version waited
+// with cudaStreamWaitEvent and timed out within a dozen calls on the H200 (8 virtual ranks): a
+// wait parked at the head of a hardware queue shared with a rank's stream.
 //
 // Restriction: every rank on ONE device (virtual ranks), since the check kernel reads all ranks'
 // inputs and outputs; args.cc refuses --verify gpu otherwise.
@@ -91,7 +94,7 @@ class GpuVerifier : public StepVerifier {
 
  private:
   using Job = StepPipeline::Job;
-  bool enqueue_check(const Job& job);  // check stream; under check_mu_; false on an error
+  bool enqueue_check(const Job& job);  // reaper thread; false on an error
   void reap(const Job& job);
   void set_error(const std::string& message);
 
@@ -104,7 +107,6 @@ class GpuVerifier : public StepVerifier {
   gv::CheckState* state_ = nullptr;          // device
   gv::CheckState* mirror_ = nullptr;         // pinned, [slot]
   StepPipeline pipeline_;                    // one worker (the reaper): steps in order
-  std::mutex check_mu_;
   std::thread reaper_;
 
   mutable std::mutex totals_mu_;
