@@ -1,7 +1,7 @@
 // The GPU verifier's host side (gpu_verifier.h).
 #include "gpu_verifier.h"
 
-#include <cstdlib>
+#include <chrono>
 #include <optional>
 #include <utility>
 
@@ -77,7 +77,6 @@ GpuVerifier::GpuVerifier(const GpuVerifierConfig& config)
                            cudaHostAllocPortable), "cudaHostAlloc(check mirrors)");
   mirror_ = static_cast<gv::CheckState*>(ptr);
   for (int s = 0; s < depth_; ++s) mirror_[s] = initial;
-  reaper_ = std::thread([this] { pipeline_.run_worker([this](const Job& job) { reap(job); }); });
 }
 
 GpuVerifier::~GpuVerifier() {
@@ -95,7 +94,50 @@ bool GpuVerifier::slot_free(int64_t step) const { return pipeline_.slot_free(ste
 void GpuVerifier::submit(int rank, const StepSpec& step) {
   (void)rank;
   std::optional<Job> job = pipeline_.arrive(step);
-  if (job) pipeline_.push(std::move(*job));  // the reaper checks it once its outputs exist
+  if (job) pipeline_.push(std::move(*job));  // checked at the next gate (or by close())
+}
+
+bool GpuVerifier::step_gate(int rank, int64_t step, const std::function<bool()>& aborted) {
+  (void)rank;
+  if (step == 0 || step % depth_ != 0) return true;
+  std::unique_lock<std::mutex> lock(gate_mu_);
+  const uint64_t generation = gate_generation_;
+  if (++gate_arrived_ < world_) {
+    // Polled, not only notified: a rank that failed never arrives, and aborted() says so.
+    while (gate_generation_ == generation) {
+      if (aborted()) return false;
+      gate_cv_.wait_for(lock, std::chrono::milliseconds(1));
+    }
+    return error().empty();
+  }
+  // The last rank to arrive: every rank is held here, so nothing new is enqueued; once the rank
+  // streams drain, the check kernels run on an otherwise idle device.
+  lock.unlock();
+  check_pending();
+  lock.lock();
+  gate_arrived_ = 0;
+  ++gate_generation_;
+  gate_cv_.notify_all();
+  return error().empty();
+}
+
+void GpuVerifier::check_pending() {
+  std::deque<Job> jobs = pipeline_.take_queued();
+  if (jobs.empty()) return;
+  try {
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+    for (int r = 0; r < world_; ++r) {
+      cuda_check(cudaStreamSynchronize(config_.resources->rank(r).stream),
+                 "drain rank " + std::to_string(r) + "'s stream before the checks");
+    }
+  } catch (const StressError& e) {
+    set_error(e.what());
+    return;
+  }
+  for (const Job& job : jobs) {
+    if (!enqueue_check(job)) return;  // error() is set: the monitor stops the soak
+  }
+  for (const Job& job : jobs) reap(job);
 }
 
 bool GpuVerifier::enqueue_check(const Job& job) {
@@ -103,19 +145,9 @@ bool GpuVerifier::enqueue_check(const Job& job) {
   const int64_t hidden = res.options().hidden;
   try {
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
-    // The host waits for every rank's outputs; the check stream never waits on the device. A
-    // stream wait would park at the head of a hardware queue that a rank's stream may share, and
-    // a rank kernel queued behind it could then not start until the step completes elsewhere.
-    for (int r = 0; r < world_; ++r) {
+    for (int r = 0; r < world_; ++r) {  // drained already; states what the kernels read
       cuda_check(cudaEventSynchronize(res.rank(r).host[job.slot].ready),
                  "wait for rank " + std::to_string(r) + "'s outputs");
-    }
-    // Diagnostic (not a verification mode: the summary counts such steps as clean): outputs are
-    // awaited but not checked, to tell the check kernels' effect on the soak from the rest.
-    static const bool skip_checks = std::getenv("ARF_STRESS_DIAG_SKIP_CHECKS") != nullptr;
-    if (skip_checks) {
-      cuda_check(cudaEventRecord(done_[static_cast<size_t>(job.slot)], stream_), "cudaEventRecord");
-      return true;
     }
     FinalizeParams fin;
     fin.step = static_cast<uint64_t>(job.spec.step);
@@ -141,7 +173,6 @@ bool GpuVerifier::enqueue_check(const Job& job) {
 }
 
 void GpuVerifier::reap(const Job& job) {
-  if (!enqueue_check(job)) return;  // error() is set: the monitor stops the soak
   const cudaError_t err = cudaEventSynchronize(done_[static_cast<size_t>(job.slot)]);
   if (err != cudaSuccess) {
     set_error(std::string("check of step ") + std::to_string(job.spec.step) + ": " +
@@ -186,8 +217,8 @@ void GpuVerifier::reap(const Job& job) {
 }
 
 uint64_t GpuVerifier::close() {
-  pipeline_.close_queue();
-  if (reaper_.joinable()) reaper_.join();
+  // The rank threads have joined: whatever they left in flight drains before the last checks.
+  check_pending();
   return pipeline_.partial_steps();
 }
 

@@ -7,22 +7,23 @@
 //    in DEVICE memory in this mode (resources.h), and records the slot's event — the very copies
 //    the host verifier gets, at the same place in the stream (after the consumer, so the check
 //    sees each call's outputs exactly once, and before the slot can be reused);
-//  - when every rank has submitted the step, the reaper thread (one, steps in order) waits ON THE
-//    HOST for every rank's slot event, then enqueues on the verifier's own CHECK STREAM one check
-//    kernel per call of the step (one block
-//    per row: the device reference computed from the data set rows the call used — the device
-//    rings, which nothing overwrites after the upload; the consumer only overwrites the work
-//    slots — compared with every rank's outputs and bitwise with rank 0's), a one-thread finalize
-//    kernel (per-call counts into the run's totals, the step's lowest first-bad key into the run's
-//    first bad record with the bad element's bits), a 72-byte copy of the totals into the slot's
-//    pinned mirror, and the slot's `done` event;
-//  - the reaper waits for `done`, takes the totals from the mirror (and the first bad call's spec
-//    from the step), and frees the slot for the rank threads.
-// Nothing on the GPU ever waits for the check stream, and the check stream never waits on the
-// device (no cudaStreamWaitEvent): its work is enqueued only once the outputs it reads exist, so
-// it cannot take part in a virtual-rank deadlock (soak.h, resources.h). The first version waited
-// with cudaStreamWaitEvent and timed out within a dozen calls on the H200 (8 virtual ranks): a
-// wait parked at the head of a hardware queue shared with a rank's stream.
+//  - every ring_depth steps the rank threads meet at a GATE (step_gate) before enqueuing anything
+//    of the step; the last to arrive drains every rank stream, then runs, on the verifier's own
+//    CHECK STREAM and on an otherwise idle device, the pending steps' checks: one check kernel per
+//    call (one block per row: the device reference computed from the data set rows the call used
+//    — the device rings, which nothing overwrites after the upload; the consumer only overwrites
+//    the work slots — compared with every rank's outputs and bitwise with rank 0's), a one-thread
+//    finalize kernel (per-call counts into the run's totals, the step's lowest first-bad key into
+//    the run's first bad record with the bad element's bits), a 72-byte copy of the totals into
+//    the slot's pinned mirror; it then reads the mirrors in step order and frees the slots, and
+//    releases the ranks. close() checks what is left after the rank threads joined.
+// Why a gate and not a concurrent check stream: virtual ranks need every CTA of every rank's
+// collective resident at once (the grid cap fills the device: policy.h), and any other kernel on
+// the device can take the room of a CTA that its peers spin for. The first version checked
+// concurrently (a check stream waiting on the slot events, later a reaper thread enqueueing behind
+// host-side event waits): on the H200 with 4 and 8 virtual ranks the collectives timed out within
+// 7-150 calls, and not once in 20000 calls with the checks skipped or with 2 ranks
+// (bench/results/2026-11-29-run5-gpu-verifier/). The gate costs a drain every ring_depth steps.
 //
 // Restriction: every rank on ONE device (virtual ranks), since the check kernel reads all ranks'
 // inputs and outputs; args.cc refuses --verify gpu otherwise.
@@ -34,7 +35,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
-#include <thread>
+#include <condition_variable>
 #include <vector>
 
 #include "dataset.h"
@@ -86,6 +87,7 @@ class GpuVerifier : public StepVerifier {
   GpuVerifier& operator=(const GpuVerifier&) = delete;
 
   bool slot_free(int64_t step) const override;
+  bool step_gate(int rank, int64_t step, const std::function<bool()>& aborted) override;
   void submit(int rank, const StepSpec& step) override;
   uint64_t close() override;
   Totals totals() const override;
@@ -94,8 +96,10 @@ class GpuVerifier : public StepVerifier {
 
  private:
   using Job = StepPipeline::Job;
-  bool enqueue_check(const Job& job);  // reaper thread; false on an error
-  void reap(const Job& job);
+  // The last rank at a gate (or close()): drain the rank streams, check every queued step.
+  void check_pending();
+  bool enqueue_check(const Job& job);  // false on an error (error() is set)
+  void reap(const Job& job);           // after the check stream finished the job
   void set_error(const std::string& message);
 
   GpuVerifierConfig config_;
@@ -106,8 +110,11 @@ class GpuVerifier : public StepVerifier {
   std::vector<cudaEvent_t> done_;            // [slot]
   gv::CheckState* state_ = nullptr;          // device
   gv::CheckState* mirror_ = nullptr;         // pinned, [slot]
-  StepPipeline pipeline_;                    // one worker (the reaper): steps in order
-  std::thread reaper_;
+  StepPipeline pipeline_;                    // arrivals and slots; jobs taken at the gates
+  std::mutex gate_mu_;
+  std::condition_variable gate_cv_;
+  int gate_arrived_ = 0;
+  uint64_t gate_generation_ = 0;
 
   mutable std::mutex totals_mu_;
   Totals totals_;

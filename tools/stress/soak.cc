@@ -94,6 +94,7 @@ bool Soak::run_step(int rank, const StepSpec& step) {
   RankResources& rr = config_.resources->rank(rank);
   const ResourceOptions& o = config_.resources->options();
   const bool graph = step.graph >= 0;
+  if (!config_.verifier->step_gate(rank, step.step, [this] { return abort_.load(); })) return false;
   if (!wait_slot(rank, step.step)) return false;
   for (size_t i = 0; i < step.calls.size(); ++i) {
     enqueue_inputs(rr, rr.work[graph ? i : 0], step.calls[i], o);

@@ -52,6 +52,13 @@ void StepPipeline::run_worker(const std::function<void(const Job&)>& check) {
   }
 }
 
+std::deque<StepPipeline::Job> StepPipeline::take_queued() {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  std::deque<Job> jobs;
+  jobs.swap(queue_);
+  return jobs;
+}
+
 void StepPipeline::release(const Job& job) {
   steps_verified_.fetch_add(1);
   released_[job.slot].store(job.spec.step + depth_, std::memory_order_release);

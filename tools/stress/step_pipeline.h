@@ -41,6 +41,9 @@ class StepPipeline {
   void run_worker(const std::function<void(const Job&)>& check);
   // After a job's check: its slot serves step + depth next; the step counts as verified.
   void release(const Job& job);
+  // Any thread: removes and returns every queued job, in push order, without waiting (for an owner
+  // that checks jobs at points of its choosing instead of in worker threads).
+  std::deque<Job> take_queued();
   // Main thread: lets the workers return once the queue is drained (the owner joins them).
   void close_queue();
   // After the workers joined: steps only some ranks submitted (left unchecked after a failure).

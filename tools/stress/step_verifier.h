@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "schedule.h"
@@ -17,6 +18,15 @@ class StepVerifier {
   virtual ~StepVerifier() = default;
   // Rank threads. True once the output slot of `step` is free (its previous step was checked).
   virtual bool slot_free(int64_t step) const = 0;
+  // Rank threads, before anything of `step` is enqueued. Every rank reaches every step (the stop
+  // bound is common), so a verifier may hold all ranks here; it returns false, promptly, once
+  // `aborted()` turns true (a rank failed). The host verifier never holds anyone.
+  virtual bool step_gate(int rank, int64_t step, const std::function<bool()>& aborted) {
+    (void)rank;
+    (void)step;
+    (void)aborted;
+    return true;
+  }
   // After the rank recorded the slot's event behind its output copies.
   virtual void submit(int rank, const StepSpec& step) = 0;
   // Main thread, after the rank threads joined: check every step all ranks submitted, then stop.
