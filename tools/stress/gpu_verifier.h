@@ -71,7 +71,7 @@ struct GpuVerifierConfig {
   const Resources* resources = nullptr;  // output slots must be on the device (device_slots)
   const std::vector<DataSet>* sets = nullptr;  // host references: the want bits of a first bad
   DType dtype = DType::kBf16;
-  std::function<void()> on_first_wrong;  // called once, from the reaper thread
+  std::function<void()> on_first_wrong;  // called once, from the thread that runs the checks
 };
 
 // The CallView of call `i` of `step` whose outputs are in output slot `slot` (host code).
