@@ -231,7 +231,7 @@ void check_tune_args(const BenchArgs& a) {
   }
   const bool candidate = std::any_of(a.algos.begin(), a.algos.end(), [](arfAlgorithm_t x) {
     return x == arfAlgoOneshotLamport || x == arfAlgoOneshotPull || x == arfAlgoTwoshot ||
-           x == arfAlgoUnfused;
+           x == arfAlgoUnfused || x == arfAlgoNccl;
   });
   if (!candidate) {
     throw CLI::ValidationError("--tune-out",

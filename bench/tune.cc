@@ -14,7 +14,8 @@ constexpr std::pair<const char*, Algorithm> kColumns[] = {
     {"oneshot_lamport", Algorithm::kOneshotLamport},
     {"oneshot_pull", Algorithm::kOneshotPull},
     {"twoshot", Algorithm::kTwoshot},
-    {"unfused", Algorithm::kUnfused}};
+    {"unfused", Algorithm::kUnfused},
+    {"nccl", Algorithm::kNccl}};
 
 Algorithm algorithm_of(const std::string& column) {
   for (const auto& [name, algorithm] : kColumns) {

@@ -4,10 +4,10 @@
 // a separate tool so that the table is derived from exactly the measurement the bench reports
 // (same timing loop, same -c check, same JSON), with no second copy of the driver.
 //
-// Choice per token count: among the measured columns oneshot_lamport, oneshot_pull, twoshot and
-// unfused whose cell has a time, no error and no wrong element, the fastest; any within
+// Choice per token count: among the measured columns oneshot_lamport, oneshot_pull, twoshot,
+// unfused and nccl whose cell has a time, no error and no wrong element, the fastest; any within
 // kTieFraction (1%) of it counts as a tie, and ties go to the first in kPreference (simplest first:
-// no barrier, then one-phase barriers, then two phases, then two kernels). Adjacent token counts
+// no barrier, then one-phase barriers, then two phases, then two kernels, then NCCL). Adjacent token counts
 // with the same choice merge into one range; a range starts at the token count where its choice was
 // measured, so counts between two measured ones take the lower one's choice. The sweep must start
 // at 1 token.
@@ -24,7 +24,7 @@ namespace arf::bench {
 
 inline constexpr double kTieFraction = 0.01;
 inline constexpr const char* kPreference[] = {"oneshot_lamport", "oneshot_pull", "twoshot",
-                                              "unfused"};
+                                              "unfused", "nccl"};
 
 // The column chosen for one row, or nullopt (why says so) when no candidate has a valid time.
 std::optional<std::string> choose_column(const Row& row, std::string* why);

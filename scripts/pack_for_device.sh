@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ -f build/libarfusion.so ]] || { echo "pack_for_device: build/libarfusion.so missing: cmake -S . -B build -DARF_SHARED=ON && cmake --build build" >&2; exit 1; }
-files=(build/libarfusion.so build/arfusion_gpu_tests build/arfusion-bench build/arfusion-stress
+files=(build/libarfusion.so build/arfusion_gpu_tests build/arfusion_ipc_tests build/arfusion-run
+       build/arfusion-bench build/arfusion-stress
        build/arfusion_cpu_tests build/CTestTestfile.cmake)
 # Negative-control and debug-stall variants, when the build has them (-DARF_BUILD_NEGATIVE_CONTROLS=ON).
 for f in build/libarfusion_nc_*.so build/libarfusion_debug_stall.so build/arfusion-stress-*; do

@@ -75,7 +75,8 @@ typedef enum arfDataType_t {
 
 typedef enum arfTransport_t {
   arfTransportLocal = 0, /* all ranks in this process, one host thread per rank; devices may repeat */
-  arfTransportIpc = 1    /* one process per rank (not available in this version: arfUnsupported) */
+  arfTransportIpc = 1    /* one process per rank: cuMem workspaces shared by POSIX file descriptors
+                            over a Unix socket rendezvous keyed by the id (arfCommInitRank) */
 } arfTransport_t;
 
 typedef enum arfPattern_t {
@@ -138,13 +139,24 @@ typedef enum arfAlgorithm_t {
   arfAlgoOneshotPull = 2,    /* copy-in, start barrier, pull all peers, end barrier */
   arfAlgoTwoshot = 3,        /* reduce-scatter + all-gather by push, two flag barriers */
   arfAlgoUnfused = 4,        /* our all-reduce kernel, then a separate epilogue kernel */
-  arfAlgoNccl = 5            /* reserved: NCCL all-reduce + local epilogue (arfUnsupported in this version) */
+  arfAlgoNccl = 5            /* ncclAllReduce, then our epilogue kernel (residual + RMSNorm [+ quant],
+                                level 3). Needs one rank per GPU and NCCL 2.14+ loadable at init
+                                (libnccl.so.2 or $ARF_NCCL_LIBRARY; ARF_NCCL=0 disables): creation
+                                then builds an NCCL communicator on every rank and all agree whether
+                                it came up; otherwise a forced nccl call is arfUnsupported saying
+                                why. auto takes it only from a tuned table. The sum follows NCCL's
+                                reduction order (bitwise identical on all ranks, not bitwise the
+                                fp32 reference); the epilogue follows the unfused contract. */
 } arfAlgorithm_t;
 
-/* Opaque rendezvous key: ranks that pass the same id form one communicator. */
+/* Opaque rendezvous key: ranks that pass the same id form one communicator. The ipc transport
+ * uses its first 16 bytes (the part arfUniqueIdToString prints). */
 typedef struct arfUniqueId {
   char internal[64];
 } arfUniqueId;
+
+/* Characters arfUniqueIdToString writes: 32 lower-case hex digits and a terminating NUL. */
+#define ARF_UNIQUE_ID_STRING_BYTES 33
 
 typedef struct arfCommConfig_t {
   size_t struct_size;     /* = sizeof(arfCommConfig_t); set by arfCommConfigInit */
@@ -172,17 +184,42 @@ void arfCommConfigInit(arfCommConfig_t* config);
 /* A fresh random rendezvous id (unique per call with overwhelming probability). */
 arfStatus_t arfGetUniqueId(arfUniqueId* id);
 
-/* Creates this rank's communicator. Collective over the world: for the local transport every rank's
- * thread calls this with the same id and blocks (bounded by init_timeout_seconds) until all have
- * joined; workspaces are then allocated on each rank's device and exchanged, and peer access is
- * enabled between distinct devices. When several ranks share one device, launch grids are capped so
- * that all ranks' blocks co-reside (spinning kernels would otherwise deadlock).
+/* The rendezvous id as text, for handing it to other processes (ipc transport): 32 hex digits of
+ * the id's first 16 bytes. out must hold ARF_UNIQUE_ID_STRING_BYTES. */
+arfStatus_t arfUniqueIdToString(const arfUniqueId* id, char* out);
+/* Parses 32 hex digits (as arfUniqueIdToString writes them, or ARF_RENDEZVOUS_ID from arfusion-run)
+ * into an id whose remaining bytes are zero. arfInvalidArgument says what is wrong otherwise. */
+arfStatus_t arfUniqueIdFromString(const char* text, arfUniqueId* id);
+
+/* For a process started by `arfusion-run` (or anything that sets the same variables): fills
+ * transport ipc, rank (ARF_RANK), world_size (ARF_WORLD_SIZE), device (ARF_DEVICE; default 0) and
+ * id (ARF_RENDEZVOUS_ID) into a config already initialised by arfCommConfigInit, leaving
+ * capacity and timeouts alone. arfInvalidArgument naming the variable when one is missing or
+ * malformed. */
+arfStatus_t arfCommConfigFromEnv(arfCommConfig_t* config);
+
+/* Creates this rank's communicator. Collective over the world.
+ * local transport: every rank's thread calls this with the same id and blocks (bounded by
+ * init_timeout_seconds) until all have joined; workspaces are then allocated on each rank's device
+ * and exchanged, and peer access is enabled between distinct devices.
+ * ipc transport: one process per rank, each calling this with the same id (arfUniqueIdToString /
+ * FromString, or arfCommConfigFromEnv). Rank 0 listens on an abstract Unix socket named after the
+ * id (owning user only, checked by SO_PEERCRED); every rank allocates its workspace with cuMem as
+ * an exportable POSIX file descriptor, the descriptors are exchanged (SCM_RIGHTS), and each rank
+ * imports, maps and access-enables every peer's. A write/read probe then runs on every pair and all
+ * ranks vote: creation succeeds on every rank or fails on every rank (arfUnsupported naming the
+ * pair that failed, arfTimeout naming ranks that never joined, arfCommFailed when a rank exited).
+ * Needs cuMem with POSIX file descriptor handles (Linux, CUDA 11.3+ driver).
+ * Both: when several ranks share one device, launch grids are capped so that all ranks' blocks
+ * co-reside (spinning kernels would otherwise deadlock); ranks of different processes on one GPU
+ * time-slice (correct, slow).
  * Not graph-capturable. Sets the calling thread's current device to config->device. */
 arfStatus_t arfCommInitRank(arfComm_t* comm, const arfCommConfig_t* config);
 
 /* Convenience for the local transport: creates all `world_size` ranks from one thread (like
  * ncclCommInitAll). devices[r] is rank r's device; config supplies capacity and timeouts (its rank,
- * world_size, device, transport and id are ignored). comms must hold world_size entries. */
+ * world_size, device, transport and id are ignored: always the local transport). comms must hold
+ * world_size entries. */
 arfStatus_t arfCommInitAll(arfComm_t* comms, int world_size, const int* devices,
                            const arfCommConfig_t* config);
 

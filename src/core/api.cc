@@ -12,6 +12,8 @@
 #include "core/communicator.h"
 #include "core/quant_rules.h"
 #include "core/status.h"
+#include "core/env_placement.h"
+#include "transport/ipc_bootstrap.h"
 #include "transport/local.h"
 
 struct arfComm {
@@ -60,6 +62,43 @@ void arfCommConfigInit(arfCommConfig_t* config) {
 arfStatus_t arfGetUniqueId(arfUniqueId* id) {
   ARF_API_REQUIRE(id);
   *id = arf::local::new_unique_id();
+  return arfSuccess;
+}
+
+arfStatus_t arfUniqueIdToString(const arfUniqueId* id, char* out) {
+  ARF_API_REQUIRE(id);
+  ARF_API_REQUIRE(out);
+  arf::ipc::UniqueId key;
+  std::memcpy(key.bytes.data(), id->internal, key.bytes.size());
+  const std::string hex = key.hex();
+  std::memcpy(out, hex.c_str(), hex.size() + 1);
+  return arfSuccess;
+}
+
+arfStatus_t arfUniqueIdFromString(const char* text, arfUniqueId* id) {
+  ARF_API_REQUIRE(text);
+  ARF_API_REQUIRE(id);
+  arf::Result<arf::ipc::UniqueId> key = arf::ipc::UniqueId::parse(text);
+  if (!key.is_ok()) return report(key.status());
+  std::memset(id, 0, sizeof(*id));
+  std::memcpy(id->internal, key.value().bytes.data(), key.value().bytes.size());
+  return arfSuccess;
+}
+
+arfStatus_t arfCommConfigFromEnv(arfCommConfig_t* config) {
+  ARF_API_REQUIRE(config);
+  arf::Result<arf::EnvPlacement> placement = arf::placement_from_env();
+  if (!placement.is_ok()) return report(placement.status());
+  const arf::EnvPlacement& p = placement.value();
+  arfUniqueId id;
+  if (const arfStatus_t st = arfUniqueIdFromString(p.rendezvous_id.c_str(), &id); st != arfSuccess) {
+    return report(arf::invalid_argument(std::string(arf::kEnvRendezvousId) + ": " + t_last_error));
+  }
+  config->transport = arfTransportIpc;
+  config->rank = p.rank;
+  config->world_size = p.world_size;
+  config->device = p.device;
+  config->id = id;
   return arfSuccess;
 }
 

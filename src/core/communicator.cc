@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <thread>
 
@@ -13,6 +14,8 @@
 #include "core/quant_rules.h"
 #include "kernels/launch.h"
 #include "policy/policy.h"
+#include "transport/ipc.h"
+#include "transport/local.h"
 #include "transport/workspace.h"
 
 namespace arf {
@@ -60,7 +63,7 @@ const char* phase_name(int32_t phase) {
 
 bool valid_timeout(double s) { return std::isfinite(s) && s >= 0.0; }
 
-StaticFacts agree_facts(const std::vector<local::RankInfo>& infos) {
+StaticFacts agree_facts(const std::vector<RankInfo>& infos) {
   StaticFacts f;
   f.world = static_cast<int>(infos.size());
   f.dtype = infos[0].dtype;
@@ -69,15 +72,15 @@ StaticFacts agree_facts(const std::vector<local::RankInfo>& infos) {
   f.oneshot_max_tokens = infos[0].oneshot_max_tokens;
   f.min_sm_count = infos[0].sm_count;
   std::map<int, int> ranks_on_device;
-  for (const local::RankInfo& info : infos) {
+  for (const RankInfo& info : infos) {
     f.min_sm_count = std::min(f.min_sm_count, info.sm_count);
-    f.max_ranks_per_device = std::max(f.max_ranks_per_device, ++ranks_on_device[info.device]);
+    f.max_ranks_per_device = std::max(f.max_ranks_per_device, ++ranks_on_device[info.device_key]);
   }
   return f;
 }
 
 KernelParams make_base_params(int rank, const StaticFacts& facts,
-                              const std::vector<local::RankInfo>& infos, double timeout_seconds) {
+                              const std::vector<RankInfo>& infos, double timeout_seconds) {
   KernelParams p{};
   p.rank = rank;
   p.world = facts.world;
@@ -106,6 +109,37 @@ double init_timeout(const arfCommConfig_t& c) {
   return c.init_timeout_seconds > 0 ? c.init_timeout_seconds : kDefaultInitTimeoutSeconds;
 }
 
+// Local transport: allocate, then meet the other ranks of this process. join reports its own
+// failures to every rank; only the workspace is ours to undo.
+template <typename Fail>
+Result<std::shared_ptr<Group>> join_local(const arfCommConfig_t& c, const RankInfo& proto,
+                                          const WorkspaceLayout& layout, Fail&& fail) {
+  Result<Workspace> ws = allocate_workspace(layout, c.device);
+  if (!ws.is_ok()) return fail(ws.status());
+  RankInfo info = proto;
+  info.workspace = ws.value();
+  Result<std::shared_ptr<local::LocalGroup>> group =
+      local::join(c.id, c.rank, c.world_size, info, init_timeout(c));
+  if (!group.is_ok()) {
+    (void)free_workspace(&info.workspace);  // the join error is the one worth reporting
+    return group.status();
+  }
+  return std::shared_ptr<Group>(group.take());
+}
+
+// ipc transport: join allocates the shareable workspace itself and agrees with every process.
+Result<std::shared_ptr<Group>> join_ipc(const arfCommConfig_t& c, const RankInfo& proto,
+                                        const WorkspaceLayout& layout) {
+  ipc::JoinRequest request;
+  request.id = c.id;
+  request.rank = c.rank;
+  request.world = c.world_size;
+  request.timeout_seconds = init_timeout(c);
+  request.proto = proto;
+  request.layout = layout;
+  return ipc::join(request);
+}
+
 }  // namespace
 
 Result<std::string> tuning_table_contribution(int rank, const char* env_value) {
@@ -119,7 +153,7 @@ Result<std::string> tuning_table_contribution(int rank, const char* env_value) {
 }
 
 Result<std::shared_ptr<const TuningTable>> agree_tuning_table(
-    const std::vector<local::RankInfo>& infos) {
+    const std::vector<RankInfo>& infos) {
   if (infos.empty() || infos[0].tuning_table_json.empty()) {
     return std::shared_ptr<const TuningTable>();
   }
@@ -135,10 +169,7 @@ Status validate_config(const arfCommConfig_t& c) {
                             std::to_string(sizeof(arfCommConfig_t)) + " / " +
                             std::to_string(ARF_API_VERSION) + "); use arfCommConfigInit");
   }
-  if (c.transport == arfTransportIpc) {
-    return unsupported("ipc transport not available in this version");
-  }
-  if (c.transport != arfTransportLocal) {
+  if (c.transport != arfTransportLocal && c.transport != arfTransportIpc) {
     return invalid_argument("config transport " + std::to_string(static_cast<int>(c.transport)) +
                             " is not a valid arfTransport_t");
   }
@@ -174,9 +205,12 @@ Status validate_config(const arfCommConfig_t& c) {
 
 Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t& c) {
   ARF_RETURN_IF_ERROR(validate_config(c));
-  // From here on world and rank are sane, so a failure can be announced to the waiting peers.
-  auto fail = [&c](Status s) {
-    local::abandon(c.id, c.rank, c.world_size, s);
+  const bool ipc = c.transport == arfTransportIpc;
+  // From here on world and rank are sane, so a failure can be announced to the waiting peers (in
+  // this process; an ipc rank that fails before its bootstrap connects is reported by rank 0's
+  // bounded wait, naming it as never joined).
+  auto fail = [&c, ipc](Status s) {
+    if (!ipc) local::abandon(c.id, c.rank, c.world_size, s);
     return s;
   };
   int device_count = 0;
@@ -190,9 +224,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   }
   Result<std::string> table_text = tuning_table_contribution(c.rank, std::getenv(kTuningTableEnv));
   if (!table_text.is_ok()) return fail(table_text.status());
-  local::RankInfo proto;
+  RankInfo proto;
   proto.tuning_table_json = table_text.take();
   proto.device = c.device;
+  proto.device_key = c.device;  // local; ipc derives it from device UUIDs
   proto.dtype = c.dtype == arfFloat16 ? DType::kFp16 : DType::kBf16;
   proto.max_tokens = static_cast<int64_t>(c.max_tokens);
   proto.max_hidden = static_cast<int64_t>(c.max_hidden);
@@ -211,24 +246,15 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   // Load every kernel now: a lazily loaded kernel's first launch would wait behind peers' spinning
   // kernels when ranks share a GPU.
   if (Status preload = preload_kernels(c.world_size, proto.dtype); !preload.is_ok()) return fail(preload);
-  Result<Workspace> ws = allocate_workspace(layout.value(), c.device);
-  if (!ws.is_ok()) return fail(ws.status());
-
-  // join reports its own failures to every rank; only the workspace is ours to undo.
-  local::RankInfo info = proto;
-  info.workspace = ws.value();
-  Result<std::shared_ptr<local::LocalGroup>> group =
-      local::join(c.id, c.rank, c.world_size, info, init_timeout(c));
-  if (!group.is_ok()) {
-    (void)free_workspace(&info.workspace);  // the join error is the one worth reporting
-    return group.status();
-  }
+  Result<std::shared_ptr<Group>> group =
+      ipc ? join_ipc(c, proto, layout.value()) : join_local(c, proto, layout.value(), fail);
+  if (!group.is_ok()) return group.status();
 
   std::unique_ptr<Communicator> comm(new Communicator());
   comm->rank_ = c.rank;
   comm->device_ = c.device;
   comm->group_ = group.take();
-  const std::vector<local::RankInfo>& infos = comm->group_->infos();
+  const std::vector<RankInfo>& infos = comm->group_->infos();
   comm->facts_ = agree_facts(infos);
   Result<std::shared_ptr<const TuningTable>> table = agree_tuning_table(infos);
   if (!table.is_ok()) return table.status();  // rank 0 validated it: not expected; comm leaves
@@ -237,6 +263,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   for (int r = 0; r < comm->facts_.world; ++r) {
     if (r != c.rank) comm->error_records_.push_back(infos[r].workspace.error_host);
   }
+  if (Status nccl = comm->setup_nccl(init_timeout(c)); !nccl.is_ok()) return nccl;
   comm->base_params_ = make_base_params(c.rank, comm->facts_, infos, c.timeout_seconds);
   comm->timeout_seconds_ = static_cast<double>(comm->base_params_.timeout_ns) * 1e-9;
   comm->pointer_check_ = cuda_pointer_check();
@@ -247,6 +274,62 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
     if (!check.is_ok()) return check;  // comm's destructor leaves the group
   }
   return comm;
+}
+
+Status Communicator::setup_nccl(double timeout_seconds) {
+  // Whether to try at all follows from agreed facts, so every rank takes the same branch.
+  if (facts_.world < 2) {
+    nccl_why_ = "world 1 has nothing to all-reduce";
+    return Status::ok();
+  }
+  if (facts_.max_ranks_per_device > 1) {
+    nccl_why_ = "ranks share a GPU (NCCL needs one rank per GPU)";
+    return Status::ok();
+  }
+  std::string why;
+  const nccl::Api* api = nccl::api(&why);
+  // Round 1: who can load NCCL; rank 0 also hands out the id ("1" + NCCL_UNIQUE_ID_BYTES).
+  std::string mine = api != nullptr ? "1" : "0" + why;
+  ncclUniqueId id{};
+  if (rank_ == 0 && api != nullptr) {
+    const Status got = nccl::status(*api, api->get_unique_id(&id), "ncclGetUniqueId");
+    mine = got.is_ok() ? "1" + std::string(id.internal, sizeof(id.internal)) : "0" + got.message();
+  }
+  mine.resize(std::min(mine.size(), Group::kMaxExchangeBytes));
+  Result<std::vector<std::string>> loaded = group_->exchange(rank_, mine, timeout_seconds);
+  if (!loaded.is_ok()) return loaded.status();
+  for (size_t r = 0; r < loaded.value().size(); ++r) {
+    const std::string& said = loaded.value()[r];
+    if (said.empty() || said[0] != '1') {
+      nccl_why_ = "rank " + std::to_string(r) + " cannot use NCCL: " +
+                  (said.empty() ? std::string("?") : said.substr(1));
+      return Status::ok();
+    }
+  }
+  if (loaded.value()[0].size() != 1 + sizeof(id.internal)) return internal_error("bad NCCL id");
+  std::memcpy(id.internal, loaded.value()[0].data() + 1, sizeof(id.internal));
+  // Round 2: create, then agree; one rank's failure disables nccl on all.
+  Status created;
+  {
+    ScopedDevice scoped;
+    created = scoped.enter(device_);
+    if (created.is_ok()) created = nccl_.init(*api, id, rank_, facts_.world, timeout_seconds);
+  }
+  std::string outcome = created.is_ok() ? "1" : "0" + created.message();
+  outcome.resize(std::min(outcome.size(), Group::kMaxExchangeBytes));
+  Result<std::vector<std::string>> made = group_->exchange(rank_, outcome, timeout_seconds);
+  if (!made.is_ok()) return made.status();
+  for (size_t r = 0; r < made.value().size(); ++r) {
+    const std::string& said = made.value()[r];
+    if (said.empty() || said[0] != '1') {
+      (void)nccl_.close(/*abort=*/true);
+      nccl_why_ = "NCCL communicator creation failed on rank " + std::to_string(r) + ": " +
+                  (said.empty() ? std::string("?") : said.substr(1));
+      return Status::ok();
+    }
+  }
+  facts_.nccl = true;
+  return Status::ok();
 }
 
 Communicator::~Communicator() { (void)destroy(); }
@@ -263,10 +346,13 @@ Status Communicator::destroy() {
       sync = cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
     }
   }
+  // After the sync: this rank's NCCL work is done (destroy is local, not collective).
+  const Status nccl_closed = nccl_.close(/*abort=*/!sync.is_ok());
   // Leave even if the sync failed: otherwise the other ranks' workspaces would never be freed.
   const Status left = group_->leave(rank_);
   group_.reset();
   ARF_RETURN_IF_ERROR(sync);
+  ARF_RETURN_IF_ERROR(nccl_closed);
   return left;
 }
 
@@ -281,7 +367,11 @@ Result<Plan> Communicator::plan(const arfFusedArgs_t& caller_args) const {
   shape.num_elems = static_cast<int64_t>(args.num_tokens * args.hidden);
   shape.row_elems = static_cast<int>(args.hidden);
   shape.num_rows = static_cast<int64_t>(args.num_tokens);
-  return make_plan(shape, facts_, tuning_table_.get());
+  Result<Plan> plan = make_plan(shape, facts_, tuning_table_.get());
+  if (!plan.is_ok() && shape.requested == Algorithm::kNccl && !facts_.nccl) {
+    return Status(plan.status().code(), plan.status().message() + ": " + nccl_why_);
+  }
+  return plan;
 }
 
 Status Communicator::async_error() {
@@ -303,8 +393,29 @@ Status Communicator::async_error() {
   return Status::ok();
 }
 
+Status Communicator::launch_nccl(const Plan& plan, Pattern pattern, const KernelParams& params,
+                                 cudaStream_t stream) {
+  // The sum lands where unfused puts it: the caller's output, else norm_out, else the scratch.
+  void* sum = pattern == Pattern::kAllReduce ? params.allreduce_out
+              : params.norm_out != nullptr   ? params.norm_out
+                                             : params.scratch;
+  ScopedDevice scoped;
+  ARF_RETURN_IF_ERROR(scoped.enter(device_));
+  ARF_RETURN_IF_ERROR(nccl_.all_reduce(params.input, sum, static_cast<size_t>(params.num_elems),
+                                       facts_.dtype, stream));
+  if (pattern != Pattern::kAllReduce) {
+    KernelParams epilogue = params;
+    epilogue.input = sum;
+    ARF_RETURN_IF_ERROR(launch_epilogue(plan, pattern, facts_.dtype, epilogue, stream));
+  }
+  last_plan_ = plan;
+  return stream_check_.after_call(stream);
+}
+
 Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const KernelParams& params,
                                     cudaStream_t stream) {
+  // One rank per GPU (facts_.nccl): no virtual-rank enqueue order to keep.
+  if (plan.algorithm == Algorithm::kNccl) return launch_nccl(plan, pattern, params, stream);
   // A captured call enqueues nothing now (its graph launch does, in the caller's order), so it
   // takes no turn; waiting here would also deadlock one thread capturing every rank in turn.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;

@@ -11,18 +11,19 @@
 
 #include "arfusion/arfusion.h"
 #include "core/status.h"
+#include "core/nccl_api.h"
 #include "core/stream_order_check.h"
 #include "core/validate.h"
 #include "kernels/kernel_params.h"
 #include "policy/plan.h"
 #include "policy/tuning_table.h"
-#include "transport/local.h"
+#include "transport/group.h"
 
 namespace arf {
 
 // Checks a config on its own (no CUDA calls): struct_size/version, world in {1,2,4,8},
 // 0 <= rank < world, max_hidden a multiple of 8 in [8, 16384], 1 <= max_tokens <= INT32_MAX,
-// dtype bf16/fp16, timeouts finite and >= 0, transport local (ipc -> Unsupported).
+// dtype bf16/fp16, timeouts finite and >= 0, transport local or ipc.
 Status validate_config(const arfCommConfig_t& config);
 
 // The tuning table text rank `rank` contributes to the rendezvous: rank 0 reads the file named by
@@ -36,7 +37,7 @@ Result<std::string> tuning_table_contribution(int rank, const char* env_value);
 // The table every rank of a group plans with: rank 0's (infos[0].tuning_table_json), parsed; null
 // when rank 0 had none. Deterministic, so every rank derives an equal table from the same text.
 Result<std::shared_ptr<const TuningTable>> agree_tuning_table(
-    const std::vector<local::RankInfo>& infos);
+    const std::vector<RankInfo>& infos);
 
 class Communicator {
  public:
@@ -86,12 +87,21 @@ class Communicator {
   Status check_same_call(const local::CallSignature& signature);
   Status launch_checked(const Plan& plan, Pattern pattern, const KernelParams& params,
                         cudaStream_t stream);
+  // The `nccl` algorithm: ncclAllReduce into the output (or norm_out / scratch), then our epilogue.
+  Status launch_nccl(const Plan& plan, Pattern pattern, const KernelParams& params,
+                     cudaStream_t stream);
+  // Collective, at the end of create: decides from agreed facts whether to try NCCL, creates this
+  // rank's NCCL communicator, and agrees with every rank whether all succeeded (facts_.nccl).
+  // Errors only when the group itself fails; NCCL being unusable is recorded in nccl_why_.
+  Status setup_nccl(double timeout_seconds);
 
   int rank_ = 0;
   int device_ = 0;
   StaticFacts facts_;
   std::shared_ptr<const TuningTable> tuning_table_;  // immutable; null = built-in defaults
-  std::shared_ptr<local::LocalGroup> group_;  // null once destroyed
+  nccl::Comm nccl_;        // ready iff facts_.nccl
+  std::string nccl_why_;   // why facts_.nccl is false (plans of a forced nccl call quote it)
+  std::shared_ptr<Group> group_;  // local or ipc; null once destroyed
   // Every rank's error record (owned by the group, alive until the last rank leaves), own first.
   // A peer's expired wait matters to us too: once it gave up, our later barriers can be satisfied
   // by its later flags and return wrong data without any wait of ours expiring.

@@ -169,6 +169,24 @@ Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams
   }
 }
 
+Status launch_epilogue(const Plan& plan, Pattern pattern, DType dtype, const KernelParams& params,
+                       cudaStream_t stream) {
+  if (pattern == Pattern::kAllReduce) return internal_error("allreduce has no epilogue");
+  switch (dtype) {
+    case DType::kBf16:
+      return launch_epilogue_kernel<__nv_bfloat16>(epilogue_grid(params), plan.block, pattern,
+                                                   params, stream);
+#if defined(ARF_DIAGNOSTIC_KERNEL_SUBSET)
+    case DType::kFp16: return unsupported("this diagnostic build has bf16 kernels only");
+#else
+    case DType::kFp16:
+      return launch_epilogue_kernel<__half>(epilogue_grid(params), plan.block, pattern, params,
+                                            stream);
+#endif
+    default: return unsupported("activation dtype must be bf16 or fp16");
+  }
+}
+
 Status preload_kernels(int world, DType dtype) {
   switch (dtype) {
     case DType::kBf16: return preload_typed<__nv_bfloat16>(world);

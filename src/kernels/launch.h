@@ -31,6 +31,13 @@ using BetweenKernels = std::function<Status()>;
 Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams& params,
               cudaStream_t stream, const BetweenKernels& between_kernels = {});
 
+// The epilogue kernel alone (residual add + RMSNorm, + quantization for quantized patterns) over
+// params.input, which already holds the all-reduced rows in the activation dtype: the second
+// kernel of the `nccl` algorithm, with the same grid rule as the unfused path's. Pattern allreduce
+// has no epilogue (InternalError). Graph-capture safe.
+Status launch_epilogue(const Plan& plan, Pattern pattern, DType dtype, const KernelParams& params,
+                       cudaStream_t stream);
+
 // Loads every kernel a communicator of `world` ranks and `dtype` can launch (cudaFuncGetAttributes
 // forces the module load). Call once at init: with lazy module loading the first launch of a kernel
 // loads it, which on a GPU shared by several ranks waits behind peers' spinning kernels.

@@ -18,6 +18,8 @@ struct StaticFacts {
   int64_t oneshot_max_tokens = 0;  // Lamport capacity in tokens of max_hidden
   int min_sm_count = 0;            // smallest multiprocessor count among the ranks' devices
   int max_ranks_per_device = 1;    // >1 when ranks share a GPU (virtual ranks)
+  // Every rank created its NCCL communicator at init (agreed), so the `nccl` algorithm can run.
+  bool nccl = false;
 };
 
 // The shape of one call, as the planner sees it.

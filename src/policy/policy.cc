@@ -171,8 +171,13 @@ bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const Stati
   std::string local_why;
   if (why == nullptr) why = &local_why;
   if (algorithm == Algorithm::kNccl) {
-    *why = "nccl algorithm not built yet";
-    return false;
+    // ncclAllReduce needs no workspace; the epilogue's scratch is bounded like the shape itself.
+    if (!facts.nccl) {
+      *why = "this communicator has no NCCL communicator (NCCL not loadable, ranks sharing a GPU, "
+             "world 1, or its creation failed at init)";
+      return false;
+    }
+    return shape_feasible(shape, facts, why);
   }
   if (algorithm == Algorithm::kAuto) {
     *why = "auto is not an algorithm";
@@ -255,9 +260,11 @@ Status check_fallback_request(const CallShape& shape) {
     }
     return Status::ok();
   }
-  if (shape.requested == Algorithm::kUnfused && (level == 1 || level == 2)) {
+  if ((shape.requested == Algorithm::kUnfused || shape.requested == Algorithm::kNccl) &&
+      (level == 1 || level == 2)) {
     return unsupported(std::string("fallback level ") + level_name(level) +
-                       " needs a fused algorithm; algorithm unfused is level 3");
+                       " needs a fused algorithm; algorithm " + algorithm_name(shape.requested) +
+                       " is level 3");
   }
   return Status::ok();
 }
@@ -269,11 +276,14 @@ Status check_fallback_request(const CallShape& shape) {
 void apply_quant_level(const CallShape& shape, int tuned_level, Plan* plan) {
   int level = shape.requested_fallback;
   if (level == 0 && tuned_level != 0) level = tuned_level;
-  if (level == 0) level = plan->algorithm == Algorithm::kUnfused ? 3 : 1;
+  // NCCL's all-reduce cannot carry our epilogue: nccl is always all-reduce, then norm + quant.
+  const bool split_only =
+      plan->algorithm == Algorithm::kUnfused || plan->algorithm == Algorithm::kNccl;
+  if (level == 0 || split_only) level = split_only ? 3 : 1;
   plan->fallback_level = level;
   plan->num_kernels = level == 1 ? 1 : 2;
   plan->reason += std::string("; level ") + level_name(level);
-  if (level == 3 && plan->algorithm != Algorithm::kUnfused) {
+  if (level == 3 && !split_only) {
     plan->inner_allreduce = plan->algorithm;
     plan->algorithm = Algorithm::kUnfused;
     plan->reason += std::string(": unfused, inner ") + algorithm_name(plan->inner_allreduce);
@@ -345,6 +355,10 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
     // A plain all-reduce has no epilogue, so there is no second kernel to run.
     plan.num_kernels = shape.pattern == Pattern::kAllReduce ? 1 : 2;
     plan.reason += std::string(" (inner ") + algorithm_name(plan.inner_allreduce) + ")";
+  }
+  if (plan.algorithm == Algorithm::kNccl) {
+    // ncclAllReduce, then (fused patterns) our epilogue kernel over the sum.
+    plan.num_kernels = shape.pattern == Pattern::kAllReduce ? 1 : 2;
   }
   if (is_quant_pattern(shape.pattern)) apply_quant_level(shape, tuned_level, &plan);
   // One CTA per row at most; every rank derives the same numbers from the same inputs.

@@ -40,7 +40,8 @@ constexpr std::pair<const char*, Algorithm> kAlgorithmNames[] = {
     {"oneshot_lamport", Algorithm::kOneshotLamport},
     {"oneshot_pull", Algorithm::kOneshotPull},
     {"twoshot", Algorithm::kTwoshot},
-    {"unfused", Algorithm::kUnfused}};
+    {"unfused", Algorithm::kUnfused},
+    {"nccl", Algorithm::kNccl}};
 
 const char* table_algorithm_name(Algorithm a) {
   for (const auto& [name, value] : kAlgorithmNames) {
@@ -79,8 +80,12 @@ Status validate_range(const TuningEntry& entry, size_t e, size_t r) {
                                  [&](const auto& n) { return n.second == range.algorithm; });
   if (!known || (quant && range.algorithm == Algorithm::kUnfused)) {
     return error(where, quant ? "a quant range names a fused algorithm (oneshot_lamport, "
-                                "oneshot_pull, twoshot); unfused is level 3"
+                                "oneshot_pull, twoshot) or nccl; unfused is level 3"
                               : "unknown algorithm");
+  }
+  if (quant && range.algorithm == Algorithm::kNccl && range.level != 3) {
+    return error(where, "nccl runs quantized patterns at level 3 only (all-reduce, then norm + "
+                        "quant), not level " + std::to_string(range.level));
   }
   if (quant ? (range.level < 1 || range.level > 3) : range.level != 1) {
     return error(where,

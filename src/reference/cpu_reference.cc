@@ -191,6 +191,48 @@ FusedOutputs reference_fused(const FusedInputs& in) {
   return out;
 }
 
+namespace {
+// One ulp of the dtype at |x| (normal spacing, clamped to the smallest normal's).
+double dtype_ulp(double x, DType dtype) {
+  const int mantissa_bits = dtype == DType::kFp16 ? 10 : 7;
+  const int min_normal_exp = dtype == DType::kFp16 ? -14 : -126;
+  int exp2 = 0;
+  std::frexp(x, &exp2);
+  const int e = x == 0.0 ? min_normal_exp : std::max(exp2 - 1, min_normal_exp);
+  return std::ldexp(1.0, e - mantissa_bits);
+}
+}  // namespace
+
+bool nccl_sum_within_tolerance(const FusedInputs& in, int64_t i, uint16_t got_bits) {
+  double exact = 0.0;
+  double magnitude = 0.0;
+  for (const uint16_t* x : in.rank_inputs) {
+    const double v = to_float(x[i], in.dtype);
+    exact += v;
+    magnitude += std::fabs(v);
+  }
+  const double got = to_float(got_bits, in.dtype);
+  if (std::isnan(exact) || std::isnan(got)) return std::isnan(exact) && std::isnan(got);
+  double bound = static_cast<double>(in.rank_inputs.size() + 1) * dtype_ulp(magnitude, in.dtype);
+  if (in.residual_in != nullptr) {
+    exact += to_float(in.residual_in[i], in.dtype);
+    bound += dtype_ulp(std::fabs(exact), in.dtype);
+  }
+  if (std::isinf(exact) || std::isinf(got)) return got == exact;
+  return std::fabs(got - exact) <= bound;
+}
+
+std::vector<double> norm_exact_of(const FusedInputs& in, const uint16_t* residual_out) {
+  const int64_t count = in.num_tokens * in.hidden;
+  std::vector<double> exact(static_cast<size_t>(count));
+  std::vector<uint16_t> rounded(static_cast<size_t>(in.hidden));
+  for (int64_t row = 0; row < in.num_tokens; ++row) {
+    const int64_t base = row * in.hidden;
+    reference_norm_row(in, residual_out + base, rounded.data(), exact.data() + base);
+  }
+  return exact;
+}
+
 bool norm_within_tolerance(uint16_t got_bits, double exact, DType dtype) {
   const double got = to_float(got_bits, dtype);
   if (std::isnan(exact) || std::isnan(got)) return std::isnan(exact) && std::isnan(got);

@@ -49,6 +49,18 @@ FusedOutputs reference_fused(const FusedInputs& in);
 // two can round to neighbouring values. The fused and unfused kernels are bitwise equal to each other.
 bool norm_within_tolerance(uint16_t got, double exact, DType dtype);
 
+// The `nccl` algorithm sums in NCCL's order (ring or tree, rounding in the activation dtype), so
+// its sum is checked against the exact one with a bound instead of bitwise: element i of the sum
+// (with residual_in set: of round(sum) + residual_in, rounded) is accepted when
+// |got - exact| <= (world + 1) ulp(sum over ranks of |x_r|) (+ 1 ulp of the exact result with the
+// residual). Each of NCCL's world - 1 additions rounds once; the +1 covers the final rounding.
+bool nccl_sum_within_tolerance(const FusedInputs& in, int64_t i, uint16_t got);
+
+// The epilogue of the unfused contract applied to residual_out rows someone else summed: the exact
+// (double) norm of each element of `residual_out` ([num_tokens * hidden], in.gamma / eps / offset
+// as for reference_fused). norm_within_tolerance against it checks our epilogue kernel alone.
+std::vector<double> norm_exact_of(const FusedInputs& in, const uint16_t* residual_out);
+
 // First mismatch report ("" when all equal): bitwise comparison of two arrays.
 std::string first_bitwise_mismatch(const uint16_t* got, const uint16_t* want, int64_t count,
                                    int64_t row_elems, const char* what);

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -227,7 +228,9 @@ LocalGroup::LocalGroup(std::vector<RankInfo> infos)
       left_(infos_.size(), false),
       live_ranks_(static_cast<int>(infos_.size())),
       device_mates_(infos_.size()),
-      enqueued_(new std::atomic<uint64_t>[infos_.size()]) {
+      enqueued_(new std::atomic<uint64_t>[infos_.size()]),
+      exchange_arrived_(infos_.size(), false),
+      exchange_pending_(infos_.size()) {
   for (size_t r = 0; r < infos_.size(); ++r) {
     enqueued_[r].store(0);
     for (size_t m = 0; m < infos_.size(); ++m) {
@@ -257,6 +260,34 @@ Status LocalGroup::wait_enqueue_turn(int rank, uint64_t call, double timeout_sec
 
 void LocalGroup::mark_enqueued(int rank, uint64_t calls) {
   enqueued_[rank].store(calls, std::memory_order_release);
+}
+
+Result<std::vector<std::string>> LocalGroup::exchange(int rank, const std::string& mine,
+                                                      double timeout_seconds) {
+  if (mine.size() > kMaxExchangeBytes) return internal_error("exchange: contribution too large");
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t generation = exchange_generation_;
+  exchange_arrived_[static_cast<size_t>(rank)] = true;
+  exchange_pending_[static_cast<size_t>(rank)] = mine;
+  if (std::count(exchange_arrived_.begin(), exchange_arrived_.end(), true) == world()) {
+    exchange_result_ = exchange_pending_;
+    std::fill(exchange_arrived_.begin(), exchange_arrived_.end(), false);
+    ++exchange_generation_;
+    exchange_cv_.notify_all();
+    return exchange_result_;
+  }
+  // The result stays readable until every rank (us included) arrives at the next round.
+  const bool done = exchange_cv_.wait_until(lock, deadline_after(timeout_seconds),
+                                            [&] { return exchange_generation_ != generation; });
+  if (done) return exchange_result_;
+  std::string missing;
+  for (size_t r = 0; r < exchange_arrived_.size(); ++r) {
+    if (!exchange_arrived_[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  exchange_arrived_[static_cast<size_t>(rank)] = false;  // this round is abandoned by us
+  return Status(arfTimeout, "timeout: rank " + std::to_string(rank) + " waited " +
+                                seconds(timeout_seconds) + " s for rank(s) " + missing +
+                                " at an init exchange");
 }
 
 Status LocalGroup::leave(int rank) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -19,39 +20,24 @@
 #include "arfusion/arfusion.h"
 #include "core/status.h"
 #include "transport/call_signature.h"
+#include "transport/group.h"
 #include "kernels/kernel_params.h"
 #include "transport/workspace.h"
 
 namespace arf::local {
 
-// What a rank contributes to the rendezvous and every rank sees of every other.
-struct RankInfo {
-  int device = -1;
-  int sm_count = 0;
-  Workspace workspace;  // peer pointers: lamport(), pull(), scatter(), gather(), flags()
-  // Capacity the workspace was sized for; must agree on every rank or peers would index past each
-  // other's buffers and plans would differ.
-  DType dtype = DType::kBf16;
-  int64_t max_tokens = 0;
-  int64_t max_hidden = 0;
-  int64_t oneshot_max_tokens = 0;
-  // Rank 0's tuning table (JSON text, already validated by rank 0; empty = none). Only rank 0's is
-  // read: every rank parses infos()[0]'s, so all plan with one table whatever their environments.
-  // Carried as text so the transport stays free of policy types (the ipc bootstrap sends bytes).
-  std::string tuning_table_json;
-};
+using RankInfo = arf::RankInfo;
 
-class LocalGroup {
+class LocalGroup final : public Group {
  public:
   explicit LocalGroup(std::vector<RankInfo> infos);
-  int world() const { return static_cast<int>(infos_.size()); }
   // Every rank's info, indexed by rank; immutable once the group is formed.
-  const std::vector<RankInfo>& infos() const { return infos_; }
+  const std::vector<RankInfo>& infos() const override { return infos_; }
 
   // This rank is done with the group. Preconditions: called once per rank, after the rank's device
   // work has completed (the communicator synchronizes its device first). The last caller frees
   // every rank's workspace and returns the first error of doing so. Thread-safe, never blocks.
-  Status leave(int rank);
+  Status leave(int rank) override;
 
   // Enqueue order of ranks that share a device (virtual ranks). A stream is bound to one of a
   // few hardware queues, so two ranks' streams can share a FIFO; if rank A's call k+1 enters it
@@ -63,14 +49,17 @@ class LocalGroup {
   // their device never wait. Bounded by timeout_seconds (Timeout naming the late rank). Calls
   // captured into a graph are not counted: the caller must launch virtual ranks' graphs in the
   // same discipline (every rank's launch i before any rank's launch i+1).
-  bool shares_device(int rank) const { return !device_mates_[rank].empty(); }
-  Status wait_enqueue_turn(int rank, uint64_t call, double timeout_seconds) const;
+  bool shares_device(int rank) const override { return !device_mates_[rank].empty(); }
+  Status wait_enqueue_turn(int rank, uint64_t call, double timeout_seconds) const override;
   // Records that `rank` has enqueued `calls` kernels. Thread-safe, never blocks.
-  void mark_enqueued(int rank, uint64_t calls);
+  void mark_enqueued(int rank, uint64_t calls) override;
 
   // Every rank's call i must have the same signature (call_signature.h): InvalidArgument naming
   // both ranks when not. Thread-safe; calls with no tokens are not recorded (they are no-ops).
-  Status record_call(int rank, uint64_t call_index, const CallSignature& signature) {
+  Result<std::vector<std::string>> exchange(int rank, const std::string& mine,
+                                            double timeout_seconds) override;
+
+  Status record_call(int rank, uint64_t call_index, const CallSignature& signature) override {
     return calls_.record(rank, call_index, signature);
   }
 
@@ -82,6 +71,12 @@ class LocalGroup {
   std::vector<std::vector<int>> device_mates_;        // per rank: the other ranks on its device
   CallSignatureLog calls_;
   std::unique_ptr<std::atomic<uint64_t>[]> enqueued_;  // per rank: calls enqueued so far
+  // exchange: one round at a time; a round completes when every rank arrived.
+  std::condition_variable exchange_cv_;
+  std::vector<bool> exchange_arrived_;
+  std::vector<std::string> exchange_pending_;  // this round's contributions
+  std::vector<std::string> exchange_result_;   // the last completed round's
+  uint64_t exchange_generation_ = 0;
 };
 
 // Collective over `world` ranks with the same id: blocks until all have joined, then enables peer

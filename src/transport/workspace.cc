@@ -4,6 +4,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <string>
 
@@ -64,7 +68,8 @@ Result<WorkspaceLayout> workspace_layout(int world, DType dtype, int64_t max_tok
        append_region(l.capacity_elems, elem, &cursor, &l.pull_offset) &&
        append_region(scatter_elems, elem, &cursor, &l.scatter_offset) &&
        append_region(l.capacity_elems, elem, &cursor, &l.gather_offset) &&
-       append_region(l.capacity_elems, elem, &cursor, &l.scratch_offset);
+       append_region(l.capacity_elems, elem, &cursor, &l.scratch_offset) &&
+       append_region(kMaxRanks, sizeof(uint64_t), &cursor, &l.probe_offset);
   if (!ok) {
     return invalid_argument("workspace size overflows 64 bits (max_tokens " +
                             std::to_string(max_tokens) + ", max_hidden " +
@@ -89,6 +94,9 @@ void* Workspace::pull() const { return at(base, layout.pull_offset); }
 void* Workspace::scatter() const { return at(base, layout.scatter_offset); }
 void* Workspace::gather() const { return at(base, layout.gather_offset); }
 void* Workspace::scratch() const { return at(base, layout.scratch_offset); }
+uint64_t* Workspace::probe() const {
+  return reinterpret_cast<uint64_t*>(at(base, layout.probe_offset));
+}
 
 namespace {
 
@@ -115,29 +123,76 @@ Status initialise(const Workspace& ws) {
 
 }  // namespace
 
-Result<Workspace> allocate_workspace(const WorkspaceLayout& layout, int device) {
+namespace {
+
+// The ErrorRecord of a kShareable workspace: one page of a memfd, mapped shared and registered with
+// CUDA, so the kernels write it through the device pointer while peer processes read their own
+// (read-only) mapping of the same pages, exactly as ranks of one process read a pinned record.
+constexpr size_t kErrorPageBytes = 4096;
+static_assert(sizeof(ErrorRecord) <= kErrorPageBytes);
+
+Status create_shared_error_record(Workspace* ws) {
+  const int fd = static_cast<int>(::memfd_create("arfusion-error-record", MFD_CLOEXEC));
+  if (fd < 0) return internal_error(std::string("memfd_create: ") + std::strerror(errno));
+  ws->error_fd = fd;
+  if (::ftruncate(fd, static_cast<off_t>(kErrorPageBytes)) != 0) {
+    return internal_error(std::string("ftruncate(error record): ") + std::strerror(errno));
+  }
+  void* host = ::mmap(nullptr, kErrorPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (host == MAP_FAILED) return internal_error(std::string("mmap(error record): ") + std::strerror(errno));
+  std::memset(host, 0, kErrorPageBytes);
+  ws->error_host = static_cast<ErrorRecord*>(host);
+  const cudaError_t reg =
+      cudaHostRegister(host, kErrorPageBytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
+  if (reg != cudaSuccess) {
+    ::munmap(host, kErrorPageBytes);
+    ws->error_host = nullptr;
+    return cuda_status(reg, "cudaHostRegister(error record memfd)", __FILE__, __LINE__);
+  }
+  void* device_ptr = nullptr;
+  ARF_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&device_ptr, host, 0));
+  ws->error_device = static_cast<ErrorRecord*>(device_ptr);
+  return Status::ok();
+}
+
+Status create_private_error_record(Workspace* ws) {
+  void* host = nullptr;
+  // Portable: the record is read by whichever host thread polls; Mapped: the kernel writes it
+  // while still running, and the host can read it without synchronizing.
+  ARF_CUDA_RETURN_IF_ERROR(
+      cudaHostAlloc(&host, sizeof(ErrorRecord), cudaHostAllocMapped | cudaHostAllocPortable));
+  std::memset(host, 0, sizeof(ErrorRecord));
+  ws->error_host = static_cast<ErrorRecord*>(host);
+  void* device_ptr = nullptr;
+  ARF_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&device_ptr, host, 0));
+  ws->error_device = static_cast<ErrorRecord*>(device_ptr);
+  return Status::ok();
+}
+
+Status allocate_memory(Workspace* ws) {
+  if (ws->memory == WorkspaceMemory::kPrivate) {
+    ARF_CUDA_RETURN_IF_ERROR(cudaMalloc(&ws->base, static_cast<size_t>(ws->layout.total_bytes)));
+    return create_private_error_record(ws);
+  }
+  ARF_RETURN_IF_ERROR(cumem::check_supported(ws->device));
+  Result<cumem::Mapping> mapping =
+      cumem::create_exportable(ws->device, static_cast<size_t>(ws->layout.total_bytes));
+  if (!mapping.is_ok()) return mapping.status();
+  ws->mapping = mapping.take();
+  ws->base = ws->mapping.ptr;
+  return create_shared_error_record(ws);
+}
+
+}  // namespace
+
+Result<Workspace> allocate_workspace(const WorkspaceLayout& layout, int device,
+                                     WorkspaceMemory memory) {
   ARF_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   Workspace ws;
   ws.device = device;
   ws.layout = layout;
-  Status status = cuda_status(cudaMalloc(&ws.base, static_cast<size_t>(layout.total_bytes)),
-                              "cudaMalloc(workspace)", __FILE__, __LINE__);
-  void* host = nullptr;
-  if (status.is_ok()) {
-    // Portable: the record is read by whichever host thread polls; Mapped: the kernel writes it
-    // while still running, and the host can read it without synchronizing.
-    status = cuda_status(
-        cudaHostAlloc(&host, sizeof(ErrorRecord), cudaHostAllocMapped | cudaHostAllocPortable),
-        "cudaHostAlloc(ErrorRecord)", __FILE__, __LINE__);
-  }
-  if (status.is_ok()) {
-    std::memset(host, 0, sizeof(ErrorRecord));
-    ws.error_host = static_cast<ErrorRecord*>(host);
-    void* device_ptr = nullptr;
-    status = cuda_status(cudaHostGetDevicePointer(&device_ptr, host, 0),
-                         "cudaHostGetDevicePointer(ErrorRecord)", __FILE__, __LINE__);
-    ws.error_device = static_cast<ErrorRecord*>(device_ptr);
-  }
+  ws.memory = memory;
+  Status status = allocate_memory(&ws);
   if (status.is_ok()) status = initialise(ws);
   if (!status.is_ok()) {
     (void)free_workspace(&ws);  // the first error is the one worth reporting
@@ -146,17 +201,60 @@ Result<Workspace> allocate_workspace(const WorkspaceLayout& layout, int device) 
   return ws;
 }
 
+Result<Workspace> import_workspace(const WorkspaceLayout& layout, int device, int memory_fd,
+                                   size_t mapped_bytes, int error_fd) {
+  if (mapped_bytes < static_cast<size_t>(layout.total_bytes)) {
+    return invalid_argument("peer workspace of " + std::to_string(mapped_bytes) +
+                            " bytes is smaller than the layout's " +
+                            std::to_string(layout.total_bytes));
+  }
+  Workspace ws;
+  ws.device = device;
+  ws.layout = layout;
+  ws.memory = WorkspaceMemory::kShareable;
+  ws.imported = true;
+  Result<cumem::Mapping> mapping = cumem::import_fd(memory_fd, mapped_bytes, device);
+  if (!mapping.is_ok()) return mapping.status();
+  ws.mapping = mapping.take();
+  ws.base = ws.mapping.ptr;
+  void* host = ::mmap(nullptr, kErrorPageBytes, PROT_READ, MAP_SHARED, error_fd, 0);
+  if (host == MAP_FAILED) {
+    const Status s = internal_error(std::string("mmap(peer error record): ") + std::strerror(errno));
+    (void)free_workspace(&ws);
+    return s;
+  }
+  ws.error_host = static_cast<ErrorRecord*>(host);
+  return ws;
+}
+
 Status free_workspace(Workspace* ws) {
-  if (ws->base == nullptr && ws->error_host == nullptr) return Status::ok();
-  ARF_CUDA_RETURN_IF_ERROR(cudaSetDevice(ws->device));
-  const cudaError_t free_err = ws->base ? cudaFree(ws->base) : cudaSuccess;
-  const cudaError_t host_err = ws->error_host ? cudaFreeHost(ws->error_host) : cudaSuccess;
+  if (ws->base == nullptr && ws->error_host == nullptr && ws->error_fd < 0) return Status::ok();
+  Status first;
+  auto keep_first = [&first](Status s) {
+    if (first.is_ok() && !s.is_ok()) first = std::move(s);
+  };
+  keep_first(cuda_status(cudaSetDevice(ws->device), "cudaSetDevice", __FILE__, __LINE__));
+  if (ws->memory == WorkspaceMemory::kPrivate) {
+    if (ws->base) keep_first(cuda_status(cudaFree(ws->base), "cudaFree(workspace)", __FILE__, __LINE__));
+    if (ws->error_host) {
+      keep_first(cuda_status(cudaFreeHost(ws->error_host), "cudaFreeHost", __FILE__, __LINE__));
+    }
+  } else {
+    keep_first(cumem::release(&ws->mapping));
+    if (ws->error_host) {
+      if (!ws->imported) {
+        keep_first(cuda_status(cudaHostUnregister(ws->error_host), "cudaHostUnregister", __FILE__,
+                               __LINE__));
+      }
+      ::munmap(ws->error_host, kErrorPageBytes);
+    }
+    if (ws->error_fd >= 0) ::close(ws->error_fd);
+  }
   ws->base = nullptr;
   ws->error_host = nullptr;
   ws->error_device = nullptr;
-  ARF_CUDA_RETURN_IF_ERROR(free_err);
-  ARF_CUDA_RETURN_IF_ERROR(host_err);
-  return Status::ok();
+  ws->error_fd = -1;
+  return first;
 }
 
 }  // namespace arf

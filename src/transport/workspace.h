@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "kernels/kernel_params.h"
+#include "transport/cumem.h"
 
 namespace arf {
 
@@ -28,6 +29,8 @@ struct WorkspaceLayout {
   // [capacity_elems], local: the rows between the two kernels of a quantized call at fallback
   // level 2 or 3 when the caller passes no norm_out (KernelParams::scratch). Never peer-visible.
   int64_t scratch_offset = 0;
+  // uint64 [kMaxRanks]: slot r is written by rank r during the ipc transport's init probe.
+  int64_t probe_offset = 0;
   int64_t total_bytes = 0;
 
   int64_t lamport_elems() const { return kLamportBuffers * world * lamport_slot_elems; }
@@ -42,15 +45,26 @@ inline constexpr int64_t kWorkspaceAlignBytes = 256;
 Result<WorkspaceLayout> workspace_layout(int world, DType dtype, int64_t max_tokens,
                                          int64_t max_hidden, int64_t oneshot_max_tokens);
 
-// A rank's allocated workspace. A plain handle (copyable): ownership is explicit, through
-// free_workspace, because after the rendezvous the LAST rank to leave frees every rank's workspace
-// (local.h), which may be a different thread than the one that allocated it.
+// Where a workspace's memory comes from.
+enum class WorkspaceMemory {
+  kPrivate,    // cudaMalloc + cudaHostAlloc'd ErrorRecord: ranks of one process (local transport)
+  kShareable,  // cuMem exportable as a POSIX FD + ErrorRecord in a memfd: other processes map both
+};
+
+// A rank's allocated workspace, or (imported) a peer's as mapped into this process. A plain handle
+// (copyable): ownership is explicit, through free_workspace, because after the rendezvous the LAST
+// rank to leave frees every rank's workspace in the local transport (local.h), which may be a
+// different thread than the one that allocated it.
 struct Workspace {
-  int device = -1;
+  int device = -1;  // the device that accesses it (own: the owner's; imported: this process's)
   WorkspaceLayout layout;
   void* base = nullptr;  // device allocation of layout.total_bytes
-  ErrorRecord* error_host = nullptr;    // pinned, host-mapped, portable
-  ErrorRecord* error_device = nullptr;  // the same record as the device sees it
+  ErrorRecord* error_host = nullptr;    // pinned, host-mapped, portable (imported: read-only)
+  ErrorRecord* error_device = nullptr;  // the same record as the device sees it (own only)
+  WorkspaceMemory memory = WorkspaceMemory::kPrivate;
+  bool imported = false;  // a peer's workspace mapped into this process
+  cumem::Mapping mapping;  // kShareable: the device memory behind `base`
+  int error_fd = -1;       // kShareable: the memfd holding the ErrorRecord
 
   ControlBlock* ctrl() const;
   uint32_t* flags() const;
@@ -59,16 +73,25 @@ struct Workspace {
   void* scatter() const;
   void* gather() const;
   void* scratch() const;
+  uint64_t* probe() const;
 };
 
 // Allocates and initialises the workspace on `device` (makes it current): ControlBlock and flags
 // zeroed, Lamport buffers filled with -0.0 (the "not yet written" sentinel), ErrorRecord zeroed.
 // Synchronizes before returning, so a peer that receives these pointers never sees uninitialised
 // memory. On failure nothing stays allocated. Not graph-capturable.
-Result<Workspace> allocate_workspace(const WorkspaceLayout& layout, int device);
+Result<Workspace> allocate_workspace(const WorkspaceLayout& layout, int device,
+                                     WorkspaceMemory memory = WorkspaceMemory::kPrivate);
 
-// Frees what allocate_workspace allocated (sets the workspace's device first) and resets the handle.
-// Safe on an empty handle. The caller guarantees no kernel still uses the memory.
+// Maps a peer's kShareable workspace into this process for `device`: `memory_fd` from the peer's
+// export (mapping.bytes long), `error_fd` its ErrorRecord memfd (mapped read-only). Both fds stay
+// the caller's. Unsupported when the memory cannot be imported or accessed from `device`.
+Result<Workspace> import_workspace(const WorkspaceLayout& layout, int device, int memory_fd,
+                                   size_t mapped_bytes, int error_fd);
+
+// Frees (own) or unmaps (imported) what allocate_workspace / import_workspace made (sets the
+// workspace's device first) and resets the handle. Safe on an empty handle. The caller guarantees
+// no kernel of this process still uses the memory.
 Status free_workspace(Workspace* workspace);
 
 }  // namespace arf

@@ -159,8 +159,8 @@ TEST(InitRank, BadConfigRejectedBeforeAnyCudaCall) {
        "max_tokens 0"},
       {"dtype", [](arfCommConfig_t* c) { c->dtype = arfFloat32; }, arfInvalidArgument,
        "config dtype 2"},
-      {"ipc", [](arfCommConfig_t* c) { c->transport = arfTransportIpc; }, arfUnsupported,
-       "ipc transport not available in this version"},
+      {"transport", [](arfCommConfig_t* c) { c->transport = static_cast<arfTransport_t>(7); },
+       arfInvalidArgument, "is not a valid arfTransport_t"},
       {"size", [](arfCommConfig_t* c) { c->struct_size = 8; }, arfInvalidArgument,
        "use arfCommConfigInit"},
       {"timeout", [](arfCommConfig_t* c) { c->timeout_seconds = -1; }, arfInvalidArgument,
@@ -187,14 +187,15 @@ TEST(InitRank, BadConfigRejectedBeforeAnyCudaCall) {
 TEST(CppWrapper, ErrorCarriesStatusAndDetail) {
   arfCommConfig_t c;
   arfCommConfigInit(&c);
-  c.transport = arfTransportIpc;
+  c.world_size = 3;
   try {
     arfusion::Comm::init_rank(c);
     FAIL() << "expected arfusion::Error";
   } catch (const arfusion::Error& e) {
-    EXPECT_EQ(e.status(), arfUnsupported);
-    EXPECT_NE(std::string(e.what()).find("arfCommInitRank: unsupported: "), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("ipc transport"), std::string::npos);
+    EXPECT_EQ(e.status(), arfInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("arfCommInitRank: invalid argument: "), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("world_size 3"), std::string::npos);
   }
   arfusion::Comm empty;
   EXPECT_FALSE(empty);

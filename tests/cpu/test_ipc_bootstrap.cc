@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/ipc.h"
 #include "transport/ipc_bootstrap.h"
 
 namespace arf::ipc {
@@ -521,6 +522,40 @@ TEST(IpcBootstrap, ProcessesOfAnotherUserAreRefused) {
   EXPECT_TRUE(contains(o[0].text, "refused, last: peer process")) << o[0].text;
   EXPECT_EQ(o[1].code, arfInternal) << o[1].text;
   EXPECT_TRUE(contains(o[1].text, "refusing rank 0")) << o[1].text;
+}
+
+
+// ipc::join's agreement (transport/ipc.h): a rank whose local setup fails (here rank 1 names a
+// device that does not exist; without a GPU rank 0 fails too) does not leave its peers waiting:
+// every rank returns the same verdict, naming the lowest failing rank and the phase. Runs the same
+// on the CPU-only CI and on a GPU machine.
+TEST(IpcJoin, EveryRankGetsTheSameVerdictWhenOneCannotSetUp) {
+  arfUniqueId id{};
+  const UniqueId key = fresh_id();
+  std::memcpy(id.internal, key.bytes.data(), key.bytes.size());
+  auto body = [&](int rank) {
+    JoinRequest req;
+    req.id = id;
+    req.rank = rank;
+    req.world = 2;
+    req.timeout_seconds = 5;
+    req.proto.device = rank == 1 ? 9999 : 0;
+    req.proto.max_tokens = 16;
+    req.proto.max_hidden = 64;
+    req.proto.oneshot_max_tokens = 16;
+    Result<WorkspaceLayout> layout = workspace_layout(2, DType::kBf16, 16, 64, 16);
+    if (!layout.is_ok()) return failed_check(layout.status().message());
+    req.layout = layout.value();
+    const auto start = Clock::now();
+    return from_status(join(req).status(), start);
+  };
+  const std::vector<Outcome> o = run_children(2, body, 20.0);
+  ASSERT_EQ(o.size(), 2u);
+  EXPECT_NE(o[0].code, 0) << o[0].text;
+  EXPECT_EQ(o[0].code, o[1].code) << o[0].text << " / " << o[1].text;
+  EXPECT_EQ(o[0].text, o[1].text);
+  EXPECT_TRUE(contains(o[0].text, "ipc init (allocate and export the workspace): rank ")) << o[0].text;
+  EXPECT_LT(o[0].seconds, 5.0) << "agreement must not wait for a timeout";
 }
 
 }  // namespace

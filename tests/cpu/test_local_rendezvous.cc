@@ -144,5 +144,40 @@ TEST(UniqueId, DistinctAcrossCalls) {
   EXPECT_NE(std::string(a.internal, 64), std::string(b.internal, 64));
 }
 
+
+// Group::exchange (group.h) on the local transport: every rank gets every contribution, rounds
+// repeat, and a rank that never arrives is named after the bound.
+TEST(Exchange, EveryRankGetsEveryContributionRoundAfterRound) {
+  std::vector<RankInfo> infos(3, info());
+  LocalGroup group(infos);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::future<Result<std::vector<std::string>>>> got;
+    for (int r = 0; r < 3; ++r) {
+      got.push_back(std::async(std::launch::async, [&group, r, round] {
+        return group.exchange(r, std::to_string(round) + ":" + std::to_string(r), 10.0);
+      }));
+    }
+    for (int r = 0; r < 3; ++r) {
+      Result<std::vector<std::string>> all = got[r].get();
+      ASSERT_TRUE(all.is_ok()) << all.status().message();
+      ASSERT_EQ(all.value().size(), 3u);
+      for (int q = 0; q < 3; ++q) {
+        EXPECT_EQ(all.value()[q], std::to_string(round) + ":" + std::to_string(q));
+      }
+    }
+  }
+}
+
+TEST(Exchange, AbsentRankTimesOutNamed) {
+  std::vector<RankInfo> infos(3, info());
+  LocalGroup group(infos);
+  auto a = std::async(std::launch::async, [&] { return group.exchange(0, "x", 1.0); });
+  const Result<std::vector<std::string>> b = group.exchange(2, "y", 0.2);
+  ASSERT_FALSE(b.is_ok());
+  EXPECT_EQ(b.status().code(), arfTimeout);
+  EXPECT_NE(b.status().message().find("for rank(s) 1"), std::string::npos) << b.status().message();
+  EXPECT_FALSE(a.get().is_ok());
+}
+
 }  // namespace
 }  // namespace arf::local

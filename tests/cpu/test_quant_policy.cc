@@ -151,8 +151,12 @@ TEST(QuantForced, InfeasibleAlgorithmAtEveryLevel) {
     const Plan p = plan_ok(quant_call(Pattern::kMxfp4, 17, 8192, Algorithm::kAuto, level), f);
     EXPECT_EQ(p.inner_allreduce, Algorithm::kTwoshot) << p.reason;
   }
+  // nccl is level 3 only (the level rule answers before feasibility), and needs an NCCL
+  // communicator (test_policy_nccl.cc).
   expect_error(quant_call(Pattern::kMxfp4, 1, 8192, Algorithm::kNccl, 2), f, arfUnsupported,
-               "nccl algorithm not built yet");
+               "algorithm nccl is level 3");
+  expect_error(quant_call(Pattern::kMxfp4, 1, 8192, Algorithm::kNccl, 3), f, arfUnsupported,
+               "no NCCL communicator");
 }
 
 TEST(QuantForced, UnquantizedPatternsTakeAutoOnly) {

@@ -431,7 +431,7 @@ TEST(TuningTableRanks, OnlyRankZeroReadsTheEnvironmentAndABadTableFails) {
 }
 
 TEST(TuningTableRanks, EveryRankUsesRankZerosTable) {
-  std::vector<local::RankInfo> infos(4);
+  std::vector<RankInfo> infos(4);
   infos[0].tuning_table_json = tuning_table_to_json(sample_table());
   TuningTable other = sample_table();
   other.entries.pop_back();

@@ -1,0 +1,133 @@
+// NCCL loaded at run time (nccl_api.h).
+#include "core/nccl_api.h"
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+namespace arf::nccl {
+namespace {
+
+template <typename Fn>
+void resolve(void* handle, const char* name, Fn* fn, std::string* missing) {
+  *fn = reinterpret_cast<Fn>(dlsym(handle, name));
+  if (*fn == nullptr) *missing += std::string(missing->empty() ? "" : ", ") + name;
+}
+
+struct Loaded {
+  Api api;
+  std::string why;  // non-empty: unusable
+};
+
+Loaded load() {
+  Loaded l;
+  if (const char* off = std::getenv("ARF_NCCL"); off != nullptr && std::string(off) == "0") {
+    l.why = "disabled by ARF_NCCL=0";
+    return l;
+  }
+  const char* env = std::getenv("ARF_NCCL_LIBRARY");
+  l.api.path = env != nullptr && env[0] != '\0' ? env : "libnccl.so.2";
+  void* handle = dlopen(l.api.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* e = dlerror();
+    l.why = "dlopen(" + l.api.path + ") failed: " + (e != nullptr ? e : "unknown error");
+    return l;
+  }
+  std::string missing;
+  resolve(handle, "ncclGetUniqueId", &l.api.get_unique_id, &missing);
+  resolve(handle, "ncclCommInitRankConfig", &l.api.comm_init_rank_config, &missing);
+  resolve(handle, "ncclCommGetAsyncError", &l.api.comm_get_async_error, &missing);
+  resolve(handle, "ncclCommAbort", &l.api.comm_abort, &missing);
+  resolve(handle, "ncclCommDestroy", &l.api.comm_destroy, &missing);
+  resolve(handle, "ncclAllReduce", &l.api.all_reduce, &missing);
+  resolve(handle, "ncclGetErrorString", &l.api.get_error_string, &missing);
+  ncclResult_t (*get_version)(int*) = nullptr;
+  resolve(handle, "ncclGetVersion", &get_version, &missing);
+  if (!missing.empty()) {
+    l.why = l.api.path + " lacks " + missing;
+    return l;
+  }
+  get_version(&l.api.version);
+  // ncclConfig_t grew over releases; the non-blocking config this library fills needs 2.14+.
+  if (l.api.version < 21400) {
+    l.why = l.api.path + " is NCCL " + std::to_string(l.api.version) + "; 2.14 or newer is needed";
+  }
+  return l;
+}
+
+}  // namespace
+
+const Api* api(std::string* why) {
+  static const Loaded loaded = load();
+  if (!loaded.why.empty()) {
+    if (why != nullptr) *why = loaded.why;
+    return nullptr;
+  }
+  return &loaded.api;
+}
+
+Status status(const Api& api, ncclResult_t result, const std::string& what) {
+  if (result == ncclSuccess) return Status::ok();
+  return Status(arfNcclError, what + " failed: " + api.get_error_string(result) + " (" +
+                                  std::to_string(static_cast<int>(result)) + ")");
+}
+
+ncclDataType_t dtype_of(DType dtype) {
+  return dtype == DType::kFp16 ? ncclFloat16 : ncclBfloat16;
+}
+
+Comm::~Comm() { (void)close(/*abort=*/true); }
+
+Status Comm::init(const Api& api, const ncclUniqueId& id, int rank, int world,
+                  double timeout_seconds) {
+  api_ = &api;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // returns at once; completion is polled below against our deadline
+  ncclComm_t comm = nullptr;
+  const ncclResult_t started = api.comm_init_rank_config(&comm, world, id, rank, &config);
+  if (started != ncclSuccess && started != ncclInProgress) {
+    if (comm != nullptr) (void)api.comm_abort(comm);
+    return status(api, started, "ncclCommInitRankConfig(rank " + std::to_string(rank) + ")");
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(timeout_seconds);
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    const ncclResult_t polled = api.comm_get_async_error(comm, &state);
+    if (polled != ncclSuccess) state = polled;
+    if (state == ncclSuccess) break;
+    if (state != ncclInProgress) {
+      (void)api.comm_abort(comm);
+      return status(api, state, "NCCL communicator creation (rank " + std::to_string(rank) + ")");
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      (void)api.comm_abort(comm);
+      return Status(arfTimeout, "NCCL communicator creation: rank " + std::to_string(rank) +
+                                    " gave up after " + std::to_string(timeout_seconds) +
+                                    " s (a peer did not join)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  comm_ = comm;
+  return Status::ok();
+}
+
+Status Comm::all_reduce(const void* in, void* out, size_t count, DType dtype,
+                        cudaStream_t stream) const {
+  if (comm_ == nullptr) return internal_error("NCCL communicator not initialised");
+  return status(*api_, api_->all_reduce(in, out, count, dtype_of(dtype), ncclSum, comm_, stream),
+                "ncclAllReduce");
+}
+
+Status Comm::close(bool abort) {
+  if (comm_ == nullptr) return Status::ok();
+  ncclComm_t comm = comm_;
+  comm_ = nullptr;
+  return status(*api_, abort ? api_->comm_abort(comm) : api_->comm_destroy(comm),
+                abort ? "ncclCommAbort" : "ncclCommDestroy");
+}
+
+}  // namespace arf::nccl

@@ -1,0 +1,66 @@
+// NCCL for the `nccl` algorithm (ncclAllReduce + our epilogue kernel), loaded at run time: the
+// library does not link NCCL, so a machine without it still loads arfusion and simply has no
+// `nccl` algorithm (plans say why). <nccl.h> is included for its types only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <string>
+
+#include "core/status.h"
+#include "kernels/kernel_params.h"
+
+namespace arf::nccl {
+
+struct Api {
+  ncclResult_t (*get_unique_id)(ncclUniqueId*) = nullptr;
+  ncclResult_t (*comm_init_rank_config)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*) = nullptr;
+  ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t*) = nullptr;
+  ncclResult_t (*comm_abort)(ncclComm_t) = nullptr;
+  ncclResult_t (*comm_destroy)(ncclComm_t) = nullptr;
+  ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                             cudaStream_t) = nullptr;
+  const char* (*get_error_string)(ncclResult_t) = nullptr;
+  int version = 0;  // ncclGetVersion
+  std::string path;
+};
+
+// The process-wide API: dlopen()s $ARF_NCCL_LIBRARY, or libnccl.so.2, once (thread-safe), and
+// never unloads it (NCCL keeps threads alive until exit). Null with *why set when NCCL cannot be
+// used; ARF_NCCL=0 in the environment disables it on purpose.
+const Api* api(std::string* why);
+
+// NCCL result -> Status (arfNcclError naming `what` and NCCL's text).
+Status status(const Api& api, ncclResult_t result, const std::string& what);
+
+// ncclBfloat16 / ncclFloat16 for an activation dtype.
+ncclDataType_t dtype_of(DType dtype);
+
+// One rank's NCCL communicator, created without blocking and polled to completion against a
+// deadline, so a peer that never joins costs a bounded wait (ncclCommAbort), never a hang.
+class Comm {
+ public:
+  Comm() = default;
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  ~Comm();  // aborts a communicator that was not destroyed (errors dropped)
+
+  // Collective over `world` ranks passing the same id. Timeout (naming the phase) when the
+  // creation has not completed after timeout_seconds. Sets nothing current: the caller has made
+  // this rank's device current.
+  Status init(const Api& api, const ncclUniqueId& id, int rank, int world, double timeout_seconds);
+  bool ready() const { return comm_ != nullptr; }
+  ncclComm_t get() const { return comm_; }
+  // Stream-ordered all-reduce (sum) of `count` elements; enqueued, not waited for.
+  Status all_reduce(const void* in, void* out, size_t count, DType dtype, cudaStream_t stream) const;
+  // Destroys (after this rank's NCCL work completed: the communicator synchronizes first) or, on
+  // `abort`, aborts. Idempotent.
+  Status close(bool abort);
+
+ private:
+  const Api* api_ = nullptr;
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace arf::nccl

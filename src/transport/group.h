@@ -1,0 +1,72 @@
+// What a communicator needs from its transport once the ranks have met: every rank's facts and
+// workspace (peer pointers valid in THIS process), leaving, and the per-call coordination that
+// only ranks of one process can do. Implemented by local::LocalGroup (all ranks in one process,
+// transport/local.h) and ipc::IpcGroup (one process per rank, transport/ipc.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/kernel_params.h"
+#include "transport/call_signature.h"
+#include "transport/workspace.h"
+
+namespace arf {
+
+// What a rank contributes to the rendezvous and every rank sees of every other.
+struct RankInfo {
+  int device = -1;      // CUDA ordinal in the contributing rank's process
+  // Ranks with equal keys share one GPU (local: the ordinal; ipc: the first rank whose device has
+  // the same UUID), which is what co-residency and enqueue-order rules depend on.
+  int device_key = -1;
+  int sm_count = 0;
+  Workspace workspace;  // peer pointers: lamport(), pull(), scatter(), gather(), flags()
+  // Capacity the workspace was sized for; must agree on every rank or peers would index past each
+  // other's buffers and plans would differ.
+  DType dtype = DType::kBf16;
+  int64_t max_tokens = 0;
+  int64_t max_hidden = 0;
+  int64_t oneshot_max_tokens = 0;
+  // Rank 0's tuning table (JSON text, already validated by rank 0; empty = none). Only rank 0's is
+  // read: every rank parses infos()[0]'s, so all plan with one table whatever their environments.
+  // Carried as text so the transport stays free of policy types (the ipc bootstrap sends bytes).
+  std::string tuning_table_json;
+};
+
+class Group {
+ public:
+  virtual ~Group() = default;
+  int world() const { return static_cast<int>(infos().size()); }
+  // Every rank's info, indexed by rank; immutable once the group is formed.
+  virtual const std::vector<RankInfo>& infos() const = 0;
+
+  // This rank is done with the group. Preconditions: called once per rank, after the rank's
+  // device work has completed (the communicator synchronizes its device first). Never blocks on
+  // other ranks. Returns the first error of releasing memory.
+  virtual Status leave(int rank) = 0;
+
+  // Ranks that share a GPU *and* its hardware queues (one process) must enqueue kernel i of every
+  // rank before kernel i+1 of any rank (local.h explains the deadlock). Ranks in different
+  // processes never share queues (contexts time-slice), so ipc never orders.
+  virtual bool shares_device(int rank) const = 0;
+  virtual Status wait_enqueue_turn(int rank, uint64_t call, double timeout_seconds) const = 0;
+  virtual void mark_enqueued(int rank, uint64_t calls) = 0;
+
+  // Every rank's call i must have the same signature (call_signature.h). Only ranks of one
+  // process can compare before launching; ipc returns OK (a mismatch there surfaces as the
+  // bounded wait's Timeout, which names the peer).
+  virtual Status record_call(int rank, uint64_t call_index, const local::CallSignature& signature) = 0;
+
+  // Collective, after formation (init only): every rank contributes up to kMaxExchangeBytes and
+  // every rank receives all contributions, indexed by rank. Bounded by timeout_seconds (Timeout
+  // naming the ranks that did not arrive). Lets ranks agree on what each found out alone (whether
+  // its NCCL communicator came up) and hand out rank 0's late decisions (the NCCL id), so plans
+  // stay identical.
+  static constexpr size_t kMaxExchangeBytes = 256;
+  virtual Result<std::vector<std::string>> exchange(int rank, const std::string& mine,
+                                                    double timeout_seconds) = 0;
+};
+
+}  // namespace arf
