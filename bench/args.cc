@@ -219,6 +219,9 @@ void add_run_options(CLI::App& app, BenchArgs& a) {
                  "--op fused: pick the fastest algorithm per token count (ties within 1% to the "
                  "simpler) and merge that table entry into FILE, which ARF_TUNING_TABLE loads");
   app.add_flag("--dry-run", a.dry_run, "print the resolved sweep and exit without using CUDA");
+  app.add_flag("--pdl", a.pdl,
+               "launch the library's kernels with programmatic dependent launch "
+               "(arfCommConfig_t::programmatic_launch)");
 }
 
 // --tune-out derives a table from the fused sweep (tune.h): the sweep must be one a table can be

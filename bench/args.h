@@ -53,6 +53,7 @@ struct BenchArgs {
   int num_ranks = 0;
   int64_t max_tokens = 0;  // communicator capacity; 0 = what the sweep needs
   bool dry_run = false;    // print the resolved sweep and exit before touching CUDA
+  bool pdl = false;        // --pdl: communicators launch with programmatic dependent launch
   std::string command_line;
 };
 

@@ -75,6 +75,7 @@ arfCommConfig_t comm_config(const BenchArgs& args, const std::vector<CallSpec>& 
   config.max_tokens = static_cast<size_t>(args.max_tokens > 0 ? args.max_tokens : max_tokens);
   config.max_hidden = static_cast<size_t>(max_row);
   config.dtype = args.dtype;
+  config.programmatic_launch = args.pdl ? 1 : 0;
   return config;
 }
 
@@ -185,6 +186,7 @@ int run_bench(const BenchArgs& args) {
   // driver allows, makes a shared queue unlikely for up to 8 ranks (not guaranteed: the driver
   // assigns queues). A value set by the user stays.
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // nccl algorithm: no NVLink multicast
   RunHeader header;
   std::string why = resolve_layout(args, &header.layout);
   if (!why.empty()) {

@@ -51,7 +51,7 @@ extern "C" {
 #define ARF_VERSION_MAJOR 0
 #define ARF_VERSION_MINOR 1
 /* Bumped whenever a public struct changes layout; structs carry struct_size + version. */
-#define ARF_API_VERSION 2
+#define ARF_API_VERSION 3
 
 /* Largest world size the kernels are built for. */
 #define ARF_MAX_RANKS 8
@@ -173,6 +173,14 @@ typedef struct arfCommConfig_t {
                                 0 = max_tokens. Larger calls use other algorithms. */
   double timeout_seconds; /* bound of every device spin-wait; 0 = default (10 s) */
   double init_timeout_seconds; /* bound of the host rendezvous in arfCommInitRank; 0 = 60 s */
+  /* API version 3. 1: launch every kernel with programmatic dependent launch (PDL, sm_90+): a
+   * kernel of ours may be scheduled while the previous kernel on the stream finishes; it waits
+   * (griddepcontrol.wait) for that kernel's completion before touching memory, and it signals its
+   * dependents only after its last output store. A following kernel launched with the PDL
+   * attribute must itself wait (cudaGridDependencySynchronize) before reading our outputs; one
+   * launched without it is ordered by the stream as usual. 0 (default): ordinary launches.
+   * Version-2 callers (struct_size without this field) get 0. */
+  int programmatic_launch;
 } arfCommConfig_t;
 
 typedef struct arfComm* arfComm_t;

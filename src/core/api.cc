@@ -57,6 +57,7 @@ void arfCommConfigInit(arfCommConfig_t* config) {
   config->oneshot_max_tokens = 0;  // = max_tokens
   config->timeout_seconds = 10.0;
   config->init_timeout_seconds = 60.0;
+  config->programmatic_launch = 0;
 }
 
 arfStatus_t arfGetUniqueId(arfUniqueId* id) {
@@ -106,7 +107,9 @@ arfStatus_t arfCommInitRank(arfComm_t* comm, const arfCommConfig_t* config) {
   ARF_API_REQUIRE(comm);
   *comm = nullptr;
   ARF_API_REQUIRE(config);
-  arf::Result<std::unique_ptr<arf::Communicator>> created = arf::Communicator::create(*config);
+  // A version-2 caller's struct is shorter: read only what it has.
+  const arfCommConfig_t full = arf::upgrade_config(config);
+  arf::Result<std::unique_ptr<arf::Communicator>> created = arf::Communicator::create(full);
   if (!created.is_ok()) return report(created.status());
   *comm = new arfComm{created.take()};
   return arfSuccess;
@@ -117,7 +120,7 @@ arfStatus_t arfCommInitAll(arfComm_t* comms, int world_size, const int* devices,
   ARF_API_REQUIRE(comms);
   ARF_API_REQUIRE(devices);
   ARF_API_REQUIRE(config);
-  arfCommConfig_t base = *config;
+  arfCommConfig_t base = arf::upgrade_config(config);
   base.transport = arfTransportLocal;
   base.world_size = world_size;
   base.rank = 0;

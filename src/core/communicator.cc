@@ -162,15 +162,35 @@ Result<std::shared_ptr<const TuningTable>> agree_tuning_table(
   return std::shared_ptr<const TuningTable>(std::make_shared<const TuningTable>(table.take()));
 }
 
+arfCommConfig_t upgrade_config(const arfCommConfig_t* caller) {
+  arfCommConfig_t c;
+  std::memset(&c, 0, sizeof(c));
+  const size_t n = caller->struct_size == kCommConfigV2Bytes ? kCommConfigV2Bytes : sizeof(c);
+  std::memcpy(&c, caller, n);
+  return c;
+}
+
 Status validate_config(const arfCommConfig_t& c) {
-  if (c.struct_size != sizeof(arfCommConfig_t) || c.version < 1 || c.version > ARF_API_VERSION) {
+  const bool v2_size = c.struct_size == kCommConfigV2Bytes;
+  const bool size_ok = v2_size || c.struct_size == sizeof(arfCommConfig_t);
+  // Version 3 added programmatic_launch; a version 1 or 2 struct has the version 2 layout.
+  const bool version_ok = v2_size ? (c.version >= 1 && c.version <= 2)
+                                  : (c.version == 3 && ARF_API_VERSION == 3);
+  if (!size_ok || !version_ok) {
     return invalid_argument("config struct_size " + std::to_string(c.struct_size) + " / version " +
                             std::to_string(c.version) + " do not match this library (" +
                             std::to_string(sizeof(arfCommConfig_t)) + " / " +
-                            std::to_string(ARF_API_VERSION) + "); use arfCommConfigInit");
+                            std::to_string(ARF_API_VERSION) + ", or " +
+                            std::to_string(kCommConfigV2Bytes) +
+                            " / 1-2); use arfCommConfigInit");
   }
-  if (c.transport != arfTransportLocal && c.transport != arfTransportIpc) {
-    return invalid_argument("config transport " + std::to_string(static_cast<int>(c.transport)) +
+  if (c.programmatic_launch != 0 && c.programmatic_launch != 1) {
+    return invalid_argument("programmatic_launch " + std::to_string(c.programmatic_launch) +
+                            " must be 0 or 1");
+  }
+  const int transport = raw_enum(c.transport);
+  if (transport != arfTransportLocal && transport != arfTransportIpc) {
+    return invalid_argument("config transport " + std::to_string(transport) +
                             " is not a valid arfTransport_t");
   }
   const int w = c.world_size;
@@ -191,8 +211,8 @@ Status validate_config(const arfCommConfig_t& c) {
     return invalid_argument("max_tokens " + std::to_string(c.max_tokens) +
                             " must be in [1, 2^31)");
   }
-  if (c.dtype != arfBFloat16 && c.dtype != arfFloat16) {
-    return invalid_argument("config dtype " + std::to_string(static_cast<int>(c.dtype)) +
+  if (raw_enum(c.dtype) != arfBFloat16 && raw_enum(c.dtype) != arfFloat16) {
+    return invalid_argument("config dtype " + std::to_string(raw_enum(c.dtype)) +
                             " must be arfBFloat16 or arfFloat16");
   }
   if (!valid_timeout(c.timeout_seconds) || !valid_timeout(c.init_timeout_seconds)) {
@@ -265,6 +285,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   }
   if (Status nccl = comm->setup_nccl(init_timeout(c)); !nccl.is_ok()) return nccl;
   comm->base_params_ = make_base_params(c.rank, comm->facts_, infos, c.timeout_seconds);
+  comm->base_params_.programmatic_launch = c.programmatic_launch;
   comm->timeout_seconds_ = static_cast<double>(comm->base_params_.timeout_ns) * 1e-9;
   comm->pointer_check_ = cuda_pointer_check();
   {

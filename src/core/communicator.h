@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,13 @@
 #include "transport/group.h"
 
 namespace arf {
+
+// Size of arfCommConfig_t as API versions 1 and 2 declared it (without programmatic_launch).
+inline constexpr size_t kCommConfigV2Bytes = offsetof(arfCommConfig_t, programmatic_launch);
+
+// The caller's config as a full current struct: a version-2-sized struct is copied and the fields
+// it lacks are zero. Any other size is copied whole (validate_config then judges it).
+arfCommConfig_t upgrade_config(const arfCommConfig_t* caller);
 
 // Checks a config on its own (no CUDA calls): struct_size/version, world in {1,2,4,8},
 // 0 <= rank < world, max_hidden a multiple of 8 in [8, 16384], 1 <= max_tokens <= INT32_MAX,

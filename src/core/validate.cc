@@ -19,18 +19,6 @@
 namespace arf {
 namespace {
 
-// The stored value of a C enum field as an int, without loading it as the enum: a caller may pass
-// any int there, and loading an out-of-range enum value is undefined behaviour (UBSan -fsanitize=enum
-// flags it, and the compiler may drop a range check that follows such a load).
-template <typename E>
-int raw_enum(const E& field) {
-  static_assert(sizeof(E) == sizeof(int));
-  int value;
-  std::memcpy(&value, &field, sizeof(value));
-  return value;
-}
-
-
 constexpr uintptr_t kAlignBytes = 16;
 
 // arfFusedArgs_t as API version 1 declared it. Version-1 callers pass structs of this size;
@@ -152,11 +140,12 @@ Status check_header(const arfFusedArgs_t& a, const StaticFacts& facts) {
   }
   // The size says which fields exist, the version which header declared them: a mismatch means a
   // hand-built struct whose fields may not be where the caller thinks.
-  const unsigned size_version = a.struct_size == kFusedArgsV1Bytes ? 1 : ARF_API_VERSION;
-  if (a.version != size_version) {
+  // Version 3 changed arfCommConfig_t only: a full-size args struct is version 2 or 3.
+  const bool v1_size = a.struct_size == kFusedArgsV1Bytes;
+  if (v1_size ? a.version != 1 : a.version < 2) {
     return invalid_argument("args->version " + std::to_string(a.version) + " does not match " +
-                            "args->struct_size " + std::to_string(a.struct_size) +
-                            " (a version " + std::to_string(size_version) + " struct)");
+                            "args->struct_size " + std::to_string(a.struct_size) + " (a version " +
+                            (v1_size ? std::string("1") : "2 or later") + " struct)");
   }
   if (raw_enum(a.pattern) < arfPatternAllReduce || raw_enum(a.pattern) > arfPatternResidualRmsNormMxfp4) {
     return invalid_argument("args->pattern " + std::to_string(raw_enum(a.pattern)) +

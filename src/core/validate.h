@@ -4,6 +4,8 @@
 // rule without a GPU; the real check asks the CUDA runtime.
 #pragma once
 
+#include <cstring>
+
 #include <cstddef>
 #include <functional>
 
@@ -12,6 +14,17 @@
 #include "policy/plan.h"
 
 namespace arf {
+
+// The int a caller stored in an enum field: a C caller may put any int there, and loading an
+// out-of-range enum value is undefined behaviour (UBSan -fsanitize=enum flags it, and the compiler
+// may drop a range check that follows such a load).
+template <typename E>
+int raw_enum(const E& field) {
+  static_assert(sizeof(E) == sizeof(int));
+  int value;
+  std::memcpy(&value, &field, sizeof(value));
+  return value;
+}
 
 // Returns OK if `ptr` (the argument called `name`) can be dereferenced by kernels running on
 // `device`, else InvalidArgument naming it. Called only with non-null pointers.

@@ -123,6 +123,8 @@ struct KernelParams {
   ControlBlock* ctrl;          // this rank's control block (device memory)
   ErrorRecord* error;          // this rank's error record (host-mapped, device pointer)
   uint64_t timeout_ns;         // bound of every spin-wait
+  // Host side only: launch with programmatic dependent launch (kernels/pdl.cuh).
+  int programmatic_launch;
 };
 
 inline constexpr size_t dtype_bytes(DType t) { return t == DType::kFp32 ? 4 : 2; }

@@ -93,8 +93,28 @@ constexpr auto kernel_for() {
   else return &twoshot_kernel<T, kWorld, Epilogue>;
 }
 
-inline Status check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
+// <<<grid, block, 0, stream>>>(params), or the same through cudaLaunchKernelEx with the
+// programmatic-stream-serialization attribute when params.programmatic_launch (kernels/pdl.cuh).
+inline cudaError_t launch_kernel(void (*kernel)(KernelParams), int grid, int block,
+                                 const KernelParams& params, cudaStream_t stream) {
+  if (!params.programmatic_launch) {
+    kernel<<<grid, block, 0, stream>>>(params);
+    return cudaGetLastError();
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(static_cast<unsigned>(block));
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, params);
+}
+
+inline Status check_launch(const char* what, cudaError_t err) {
   if (err == cudaSuccess) return Status::ok();
   return Status(arfCudaError, std::string("launch of ") + what + " failed: " + cudaGetErrorString(err));
 }
@@ -106,8 +126,8 @@ Status launch_algorithm(int grid, int block, Pattern pattern, const KernelParams
   const int vecs = vecs_per_thread(params.row_elems, block);
   return with_world_size(params.world, [&]<int kWorld>(std::integral_constant<int, kWorld>) {
     return with_epilogue<T, kGroup, kHoldGammaAtWorld<kWorld>>(pattern, vecs, [&]<typename E>(std::type_identity<E>) {
-      kernel_for<T, kWorld, E, kAlgorithm>()<<<grid, block, 0, stream>>>(params);
-      return check_launch("all-reduce kernel");
+      return check_launch("all-reduce kernel", launch_kernel(kernel_for<T, kWorld, E, kAlgorithm>(),
+                                                             grid, block, params, stream));
     });
   });
 }
@@ -118,8 +138,8 @@ Status launch_local_epilogue(int grid, int block, Pattern pattern, const KernelP
                              cudaStream_t stream) {
   return with_epilogue<T, kGroup, kHoldGammaLocal>(pattern, vecs_per_thread(params.row_elems, block),
                                                     [&]<typename E>(std::type_identity<E>) {
-    local_epilogue_kernel<T, E><<<grid, block, 0, stream>>>(params);
-    return check_launch("epilogue kernel");
+    return check_launch("epilogue kernel",
+                        launch_kernel(local_epilogue_kernel<T, E>, grid, block, params, stream));
   });
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "kernels/debug_stall.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/protocol.cuh"
 #include "kernels/row_epilogue.cuh"
 
@@ -82,6 +83,7 @@ __device__ __forceinline__ uint4 lamport_reduce_vec(const KernelParams& p, const
 // each row (RowSlice).
 template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lamport_kernel(const KernelParams p) {
+  pdl_wait();
   protocol::LamportState s{};
   if constexpr (kWorld > 1) {
     if (protocol::aborted(p)) return;
@@ -97,6 +99,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lampo
   });
   debug::stall_lamport(p, debug::StallPoint::kBeforeArrive);
   if constexpr (kWorld > 1) protocol::lamport_arrive(p, s);
+  pdl_launch_dependents();
 }
 
 // The second kernel of the unfused path and of fallback levels 2 and 3: the epilogue over `input`
@@ -105,7 +108,9 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lampo
 // quantize-only epilogue, the norm, whose -0.0 must keep its sign as in the one-kernel level.
 template <typename T, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) local_epilogue_kernel(const KernelParams p) {
+  pdl_wait();
   for_each_owned_row<Epilogue>(p, [&](const RowSlice& rs, int k) { return ld_v4(elem_ptr(p.input, rs.elem(k))); });
+  pdl_launch_dependents();
 }
 
 }  // namespace arf

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/debug_stall.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/protocol.cuh"
 #include "kernels/row_epilogue.cuh"
 
@@ -38,6 +39,7 @@ __device__ __forceinline__ uint4 pull_reduce_vec(const KernelParams& p, int64_t 
 // in the copy-in phase and in the read phase alike.
 template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_pull_kernel(const KernelParams p) {
+  pdl_wait();
   if (protocol::aborted(p)) return;
   const uint32_t epoch = protocol::load_cta_epoch(p);
   debug::stall(p, debug::StallPoint::kBeforePublish, epoch);
@@ -54,6 +56,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_pull_
 #endif
   }
   protocol::store_cta_epoch(p, epoch + 2);
+  pdl_launch_dependents();
 }
 
 }  // namespace arf

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "kernels/debug_stall.cuh"
+#include "kernels/pdl.cuh"
 #include "kernels/protocol.cuh"
 #include "kernels/row_epilogue.cuh"
 
@@ -61,6 +62,7 @@ __device__ __forceinline__ void twoshot_reduce_rows(const KernelParams& p) {
 // t, t + B, ... (phase 2).
 template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) twoshot_kernel(const KernelParams p) {
+  pdl_wait();
   if (protocol::aborted(p)) return;
   const uint32_t epoch = protocol::load_cta_epoch(p);
   debug::stall(p, debug::StallPoint::kBeforePublish, epoch);
@@ -77,6 +79,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) twoshot_kerne
     }
   }
   protocol::store_cta_epoch(p, epoch + 2);
+  pdl_launch_dependents();
 }
 
 }  // namespace arf

@@ -9,6 +9,7 @@
 
 #include "arfusion/arfusion.h"
 #include "arfusion/arfusion.hpp"
+#include "core/communicator.h"
 
 namespace {
 
@@ -202,6 +203,32 @@ TEST(CppWrapper, ErrorCarriesStatusAndDetail) {
   arfusion::Comm moved = std::move(empty);
   EXPECT_EQ(moved.get(), nullptr);
   EXPECT_NO_THROW(arfusion::check(arfSuccess, "noop"));
+}
+
+
+// API version 3 added arfCommConfig_t::programmatic_launch: a version-2 caller's shorter struct is
+// still accepted (the field reads as 0), mismatched size/version pairs and bad values are not.
+TEST(ConfigVersions, VersionTwoStructsStillWork) {
+  arfCommConfig_t c;
+  arfCommConfigInit(&c);
+  EXPECT_EQ(c.programmatic_launch, 0);
+  EXPECT_TRUE(arf::validate_config(c).is_ok());
+  arfCommConfig_t v2 = c;
+  v2.struct_size = arf::kCommConfigV2Bytes;
+  v2.version = 2;
+  v2.programmatic_launch = 7;  // beyond a version-2 struct: never read
+  const arfCommConfig_t upgraded = arf::upgrade_config(&v2);
+  EXPECT_EQ(upgraded.programmatic_launch, 0);
+  EXPECT_EQ(upgraded.max_tokens, c.max_tokens);
+  EXPECT_TRUE(arf::validate_config(upgraded).is_ok());
+  arfCommConfig_t wrong = c;
+  wrong.version = 2;  // full size claims version 3
+  EXPECT_EQ(arf::validate_config(wrong).code(), arfInvalidArgument);
+  arfCommConfig_t bad = c;
+  bad.programmatic_launch = 2;
+  const arf::Status s = arf::validate_config(bad);
+  EXPECT_EQ(s.code(), arfInvalidArgument);
+  EXPECT_NE(s.message().find("programmatic_launch 2 must be 0 or 1"), std::string::npos);
 }
 
 }  // namespace

@@ -143,6 +143,7 @@ std::unique_ptr<World> World::create(const WorldOptions& options) {
   config.max_hidden = options.max_hidden;
   config.oneshot_max_tokens = options.oneshot_max_tokens;
   config.timeout_seconds = options.timeout_seconds;
+  config.programmatic_launch = options.programmatic_launch ? 1 : 0;
   world->comms_.assign(options.world_size, nullptr);
   const arfStatus_t st = arfCommInitAll(world->comms_.data(), options.world_size,
                                         world->devices_.data(), &config);

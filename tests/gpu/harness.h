@@ -77,6 +77,7 @@ struct WorldOptions {
   size_t max_hidden = 8192;
   size_t oneshot_max_tokens = 0;  // 0 = max_tokens
   double timeout_seconds = 5.0;  // bounded waits: a protocol bug fails fast, it does not hang
+  bool programmatic_launch = false;  // arfCommConfig_t::programmatic_launch (PDL)
 };
 
 // Devices of the ranks: ARF_TEST_DEVICES="0,1,..." (rank r gets entry r % count), else device 0

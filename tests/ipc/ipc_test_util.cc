@@ -72,6 +72,7 @@ std::string one_line(std::string s) {
   if (::getppid() != parent) ::_exit(2);  // the parent died between fork and prctl
   // Before the first CUDA call, as the other tools do (tests/gpu/gpu_main.cc says why).
   ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+  ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // nccl algorithm: no NVLink multicast
   RankContext ctx(slot, num_groups, scenario, report_fd);
   try {
     body(ctx);

@@ -247,6 +247,7 @@ int main(int argc, char** argv) {
   // Before the first CUDA call: virtual ranks' streams get their own hardware queues where the
   // device has enough (the library orders enqueues anyway; tests/gpu/gpu_main.cc says more).
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // nccl algorithm: no NVLink multicast
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
