@@ -227,10 +227,21 @@ void add_run_options(CLI::App& app, BenchArgs& a) {
 // --tune-out derives a table from the fused sweep (tune.h): the sweep must be one a table can be
 // built from, and must time at least one algorithm a table may name.
 void check_tune_args(const BenchArgs& a) {
-  if (a.op != Op::kFused) throw CLI::ValidationError("--tune-out", "only with --op fused");
+  if (a.op != Op::kFused && a.op != Op::kQuant) {
+    throw CLI::ValidationError("--tune-out", "only with --op fused or --op quant");
+  }
   if (a.tokens.front() != 1 || !std::is_sorted(a.tokens.begin(), a.tokens.end()) ||
       std::adjacent_find(a.tokens.begin(), a.tokens.end()) != a.tokens.end()) {
     throw CLI::ValidationError("--tune-out", "token counts must increase from 1");
+  }
+  if (a.op == Op::kQuant) {
+    // A table keys quant entries by hidden, not by pattern: one variant and one hidden per run.
+    if (a.quant.size() != 1 || a.hiddens.size() != 1) {
+      throw CLI::ValidationError("--tune-out",
+                                 "--op quant needs exactly one --quant variant (pattern, layout, "
+                                 "format) and one --hidden");
+    }
+    return;
   }
   const bool candidate = std::any_of(a.algos.begin(), a.algos.end(), [](arfAlgorithm_t x) {
     return x == arfAlgoOneshotLamport || x == arfAlgoOneshotPull || x == arfAlgoTwoshot ||

@@ -16,6 +16,7 @@ Cell planned_cell(BenchContext& ctx, const CallSpec& spec, const char* column, a
     return cell;
   }
   cell.chosen = arfAlgorithmName(plan->algorithm);
+  cell.inner = arfAlgorithmName(plan->inner_allreduce);
   cell.reason = plan->reason;
   return cell;
 }

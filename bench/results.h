@@ -17,6 +17,7 @@ struct Cell {
   double us = NAN;           // max over ranks of (elapsed / calls); NaN when not measured
   int64_t wrong = -1;        // elements wrong in the check; -1 = not checked
   std::string chosen;        // the algorithm arfPlan chose (auto) or that ran
+  std::string inner;         // arfPlan's inner all-reduce (= chosen unless chosen is unfused)
   std::string reason;        // the plan's reason string
   std::string error;         // why there is no time, or why the check could not run
   std::string note;          // first mismatch the check found ("" when none)

@@ -159,16 +159,19 @@ Row measure_row(BenchContext& ctx, const NcclBaseline* nccl, CallSpec spec, cons
   return row;
 }
 
-// --tune-out: this run's key (world, rank sharing, dtype, plain patterns, hidden), its entry merged
-// into the file, and the summary. "" or why not.
+// --tune-out: this run's key (world, rank sharing, dtype, plain or quant patterns, hidden), its
+// entry merged into the file, and the summary. "" or why not.
 std::string write_tune_table(const BenchArgs& args, const RunHeader& header,
                              const std::vector<Row>& rows) {
+  const bool quant = args.op == Op::kQuant;
   const TuningKey key{static_cast<int>(header.layout.devices.size()),
                       sharing_of(header.layout.max_ranks_per_device),
-                      args.dtype == arfFloat16 ? DType::kFp16 : DType::kBf16, TuningGroup::kPlain,
+                      args.dtype == arfFloat16 ? DType::kFp16 : DType::kBf16,
+                      quant ? TuningGroup::kQuant : TuningGroup::kPlain,
                       static_cast<int>(args.hidden)};
   std::string why;
-  const std::optional<TuningEntry> entry = derive_entry(rows, key, &why);
+  const std::optional<TuningEntry> entry =
+      quant ? derive_quant_entry(rows, key, &why) : derive_entry(rows, key, &why);
   if (!entry) return why;
   const std::string machine = header.layout.info.empty() ? "" : header.layout.info[0].name;
   why = write_tuned_entry(args.tune_out, *entry, machine, header.date, header.git_commit);

@@ -91,6 +91,66 @@ std::optional<TuningEntry> derive_entry(const std::vector<Row>& rows, const Tuni
   return entry;
 }
 
+namespace {
+
+// The level columns of --op quant, fewest kernels first (the tie order).
+constexpr std::pair<const char*, int> kQuantLevelColumns[] = {
+    {"1_kernel", 1}, {"2_kernels", 2}, {"3_kernels", 3}};
+
+// The fastest valid level cell of a quant row (ties to fewer kernels), or nullptr with *why.
+const Cell* choose_quant_cell(const Row& row, int* level, std::string* why) {
+  double fastest = INFINITY;
+  for (const auto& [name, lvl] : kQuantLevelColumns) {
+    const Cell* c = find_cell(row, name);
+    if (c != nullptr && valid(*c)) fastest = std::min(fastest, c->us);
+  }
+  for (const auto& [name, lvl] : kQuantLevelColumns) {
+    const Cell* c = find_cell(row, name);
+    if (c != nullptr && valid(*c) && c->us <= fastest * (1.0 + kTieFraction)) {
+      *level = lvl;
+      return c;
+    }
+  }
+  *why = "no fallback level has a valid time at " + std::to_string(row.tokens) + " tokens";
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<TuningEntry> derive_quant_entry(const std::vector<Row>& rows, const TuningKey& key,
+                                              std::string* why) {
+  if (rows.empty() || rows.front().tokens != 1) {
+    *why = "the sweep must start at 1 token (a table's first range does)";
+    return std::nullopt;
+  }
+  TuningEntry entry;
+  entry.key = key;
+  for (const Row& row : rows) {
+    if (row.variant != rows.front().variant || row.tokens <= entry.max_tokens) {
+      *why = "one quant variant with increasing token counts is needed (" + row.variant + ", " +
+             std::to_string(row.tokens) + " tokens after " + std::to_string(entry.max_tokens) + ")";
+      return std::nullopt;
+    }
+    int level = 0;
+    const Cell* cell = choose_quant_cell(row, &level, why);
+    if (cell == nullptr) return std::nullopt;
+    const std::string& name = level == 3 ? cell->inner : cell->chosen;
+    Algorithm algorithm = algorithm_of(name);
+    if (algorithm == Algorithm::kAuto || algorithm == Algorithm::kUnfused) {
+      *why = "the " + cell->column + " cell at " + std::to_string(row.tokens) +
+             " tokens ran '" + name + "', which a quant range cannot name";
+      return std::nullopt;
+    }
+    const TuningRange range{row.tokens, algorithm, level};
+    if (entry.ranges.empty() || entry.ranges.back().algorithm != range.algorithm ||
+        entry.ranges.back().level != range.level) {
+      entry.ranges.push_back(range);
+    }
+    entry.max_tokens = row.tokens;
+  }
+  return entry;
+}
+
 std::string merge_entry(TuningTable* table, const TuningEntry& entry, const std::string& machine,
                         const std::string& date, const std::string& commit) {
   if (!table->entries.empty() && table->machine != machine) {
@@ -139,7 +199,24 @@ std::string tune_summary(const std::vector<Row>& rows, const TuningEntry& entry,
     const int64_t to =
         r + 1 < entry.ranges.size() ? entry.ranges[r + 1].min_tokens - 1 : entry.max_tokens;
     s += "#   tokens " + std::to_string(entry.ranges[r].min_tokens) + ".." + std::to_string(to) +
-         ": " + column_of(entry.ranges[r].algorithm) + "\n";
+         ": " + column_of(entry.ranges[r].algorithm);
+    if (entry.key.group == TuningGroup::kQuant) {
+      s += " at level " + std::to_string(entry.ranges[r].level);
+    }
+    s += "\n";
+  }
+  if (entry.key.group == TuningGroup::kQuant) {
+    for (const Row& row : rows) {
+      int level = 0;
+      std::string why;
+      const Cell* c = choose_quant_cell(row, &level, &why);
+      s += "#   " + std::to_string(row.tokens) + " tokens: " +
+           (c != nullptr ? c->column + " (" + (level == 3 ? c->inner : c->chosen) + ") " +
+                               format_us(c->us) + " us"
+                         : why) +
+           "\n";
+    }
+    return s;
   }
   // auto as this run measured it (with $ARF_TUNING_TABLE set: the table being checked).
   double worst_gap = 0;

@@ -34,6 +34,14 @@ std::optional<std::string> choose_column(const Row& row, std::string* why);
 std::optional<TuningEntry> derive_entry(const std::vector<Row>& rows, const TuningKey& key,
                                         std::string* why);
 
+// --op quant: one entry (group quant) from the rows of ONE quant variant and hidden. Per token
+// count the fastest valid cell among the level columns 1_kernel, 2_kernels and 3_kernels (the
+// norm-side-output column has another output contract and is not a candidate); ties within
+// kTieFraction go to the fewer kernels. A range records the level and the fused algorithm that ran
+// it: the plan's algorithm at levels 1 and 2, its inner all-reduce at level 3 (nccl stays nccl).
+std::optional<TuningEntry> derive_quant_entry(const std::vector<Row>& rows, const TuningKey& key,
+                                              std::string* why);
+
 // Replaces the entry with the same key in `table` (or appends it) and stamps the run's facts.
 // Refuses ("" = done) a table measured on another machine: one file describes one machine.
 std::string merge_entry(TuningTable* table, const TuningEntry& entry, const std::string& machine,

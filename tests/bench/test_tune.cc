@@ -182,5 +182,79 @@ TEST(TuneSummary, StatesTheGoal) {
   EXPECT_NE(s.find("goal NOT met"), std::string::npos) << s;
 }
 
+
+// ---- --op quant ----
+
+TEST(TuneArgs, QuantNeedsOneVariantAndOneHidden) {
+  std::string err;
+  std::optional<BenchArgs> a = parse({"--op", "quant", "--quant", "fp8_token", "--hidden", "8192",
+                                      "--tune-out", "t.json", "--tokens", "1,2,4"}, &err);
+  ASSERT_TRUE(a.has_value()) << err;
+  EXPECT_FALSE(parse({"--op", "quant", "--tune-out", "t.json", "--tokens", "1,2,4"}, &err));
+  EXPECT_NE(err.find("exactly one --quant variant"), std::string::npos) << err;
+  EXPECT_FALSE(parse({"--op", "quant", "--quant", "fp8_token", "--hidden", "4096,8192",
+                      "--tune-out", "t.json", "--tokens", "1,2"}, &err));
+  EXPECT_NE(err.find("exactly one --quant variant"), std::string::npos) << err;
+}
+
+// One quant row: the four columns of kQuantColumns, as a fused algorithm `algo` at levels 1 and 2
+// and as unfused with inner `algo` at level 3.
+Row quant_row(int64_t tokens, double three, double two, double one,
+              const std::string& algo = "oneshot_lamport") {
+  Row r;
+  r.tokens = tokens;
+  r.row_elems = 8192;
+  r.variant = "fp8_token";
+  Cell c3 = cell("3_kernels", three);
+  c3.chosen = algo == "nccl" ? "nccl" : "unfused";
+  c3.inner = algo;
+  Cell c2 = cell("2_kernels", two);
+  c2.chosen = c2.inner = algo;
+  Cell c1 = cell("1_kernel", one);
+  c1.chosen = c1.inner = algo;
+  Cell side = cell("1_kernel+bf16", 0.001);  // fastest, but another output contract
+  side.chosen = side.inner = algo;
+  r.cells = {c3, c2, c1, side};
+  return r;
+}
+
+const TuningKey kQuantKey{8, RankSharing::kOnePerDevice, DType::kBf16, TuningGroup::kQuant, 8192};
+
+TEST(TuneQuant, LevelsAndAlgorithmsBecomeRanges) {
+  const std::vector<Row> rows = {
+      quant_row(1, 30, 20, 10),                   // level 1
+      quant_row(2, 30, 20, 10.05),                // level 1 (tie within 1% -> fewer kernels)
+      quant_row(4, 30, 10, 10.2),                 // level 2
+      quant_row(64, 12, 20, 15, "twoshot"),       // level 3, inner twoshot
+      quant_row(512, 12, 20, 15, "nccl")};        // nccl stays nccl at level 3
+  std::string why;
+  const std::optional<TuningEntry> e = derive_quant_entry(rows, kQuantKey, &why);
+  ASSERT_TRUE(e.has_value()) << why;
+  const std::vector<TuningRange> expected = {{1, Algorithm::kOneshotLamport, 1},
+                                             {4, Algorithm::kOneshotLamport, 2},
+                                             {64, Algorithm::kTwoshot, 3},
+                                             {512, Algorithm::kNccl, 3}};
+  EXPECT_EQ(e->ranges, expected);
+  EXPECT_EQ(e->max_tokens, 512);
+  TuningTable table;
+  table.machine = "m";
+  table.entries.push_back(*e);
+  EXPECT_TRUE(validate_tuning_table(table).is_ok()) << validate_tuning_table(table).message();
+  const std::string summary = tune_summary(rows, *e, "t.json");
+  EXPECT_NE(summary.find("tokens 64..511: twoshot at level 3"), std::string::npos) << summary;
+}
+
+TEST(TuneQuant, RefusesMixedVariantsAndRowsWithoutAValidLevel) {
+  std::vector<Row> rows = {quant_row(1, 30, 20, 10), quant_row(2, 30, 20, 10)};
+  rows[1].variant = "nvfp4";
+  std::string why;
+  EXPECT_FALSE(derive_quant_entry(rows, kQuantKey, &why).has_value());
+  EXPECT_NE(why.find("one quant variant"), std::string::npos) << why;
+  rows = {quant_row(1, 30, 20, 10)};
+  for (Cell& c : rows[0].cells) c.wrong = 1;
+  EXPECT_FALSE(derive_quant_entry(rows, kQuantKey, &why).has_value());
+  EXPECT_NE(why.find("no fallback level has a valid time at 1 tokens"), std::string::npos) << why;
+}
+
 }  // namespace
 }  // namespace arf::bench
