@@ -2,7 +2,7 @@
 # One call on the GPU machine (the `device` tool): runs the requested stages against a build made
 # elsewhere (scripts/pack_for_device.sh: carry .devpack and `tar -xJf .devpack/build.tar.xz` first) and leaves logs and JSON in $OUT (default ./device_out), packed into
 # $OUT/results.tar.gz plus the short summaries. Stages: env gpu bench world1 allreduce (default: all),
-# quant quant7168 world1_quant (issue 3), profile, stress, negative (issue 5), and multi (one GPU per rank on a multi-GPU machine: tests and TP
+# quant quant7168 world1_quant (issue 3), profile, stress, soak, negative (issue 5), and multi (one GPU per rank on a multi-GPU machine: tests and TP
 # 2/4/8 sweeps).
 # Usage: bash scripts/device_run.sh [stage...]
 set -uo pipefail
@@ -73,6 +73,19 @@ for stage in "${stages[@]}"; do
       bounded ./build/arfusion-stress --seconds "${ARF_SOAK_SECONDS:-60}" -J "$out/run/soak.json" 2>&1 | tee "$out/run/soak.txt" | tail -15
       bounded ./build/arfusion-stress --seconds "${ARF_SOAK_SECONDS:-60}" -G 8 --window 4 -J "$out/run/soak_graphs.json" 2>&1 \
         | tee "$out/run/soak_graphs.txt" | tail -15 ;;
+    soak)
+      # issue 5's 10^6-calls-per-algorithm target, one chunk per visible GPU (distinct seeds), GPU
+      # verifier (tools/stress/README.md). ARF_SOAK_CPA calls per algorithm per GPU (default
+      # 170000), ARF_SOAK_SEED the first seed (default 301).
+      cpa=${ARF_SOAK_CPA:-170000}; seed0=${ARF_SOAK_SEED:-301}
+      for ((g = 0; g < num_gpus; ++g)); do
+        CUDA_VISIBLE_DEVICES=$g bounded ./build/arfusion-stress --verify gpu \
+          -a oneshot_lamport,oneshot_pull,twoshot,unfused --patterns residual_rmsnorm \
+          --calls-per-algorithm "$cpa" --seed $((seed0 + g)) --skew-us 0 --ring 64 --progress 120 \
+          -J "$out/run/soak_seed$((seed0 + g)).json" > "$out/run/soak_seed$((seed0 + g)).txt" 2>&1 &
+      done
+      wait
+      tail -n 9 "$out"/run/soak_seed*.txt ;;
     negative)
       # issue 5: each negative control must be DETECTED (builds build-nc on the device unless shipped).
       # A shipped build configured with -DARF_BUILD_NEGATIVE_CONTROLS=ON is used as is.
@@ -87,7 +100,7 @@ for stage in "${stages[@]}"; do
         | tee "$out/run/ctest_gpu_multi.log" | tail -8
       for n in 2 4 8; do
         ((n <= num_gpus)) || continue
-        ./build/arfusion-bench --nranks "$n" -J "$out/run/fused_tp$n.json" 2>&1 | tee "$out/run/fused_tp$n.txt" | tail -20
+        ./build/arfusion-bench --nranks "$n" -a auto,oneshot_lamport,oneshot_pull,twoshot,unfused,nccl -J "$out/run/fused_tp$n.json" 2>&1 | tee "$out/run/fused_tp$n.txt" | tail -20
         ./build/arfusion-bench --op allreduce --nranks "$n" -b 32K -e 64M -f 2 -G 1 -c 1 \
           -J "$out/run/allreduce_tp$n.json" 2>&1 | tee "$out/run/allreduce_tp$n.txt" | tail -20
       done ;;

@@ -224,6 +224,17 @@ arfStatus_t arfCommConfigFromEnv(arfCommConfig_t* config);
  * Not graph-capturable. Sets the calling thread's current device to config->device. */
 arfStatus_t arfCommInitRank(arfComm_t* comm, const arfCommConfig_t* config);
 
+/* ipc transport bootstrapped from an NCCL communicator the caller already has (one process per
+ * GPU, as engines run): rank and world_size are the NCCL communicator's (ncclCommUserRank,
+ * ncclCommCount), device is its ncclCommCuDevice; rank 0 draws a fresh id and broadcasts it over
+ * `nccl_comm` on `stream` (waited for, bounded by init_timeout_seconds), then every rank proceeds
+ * as arfCommInitRank with transport ipc. Collective over the NCCL communicator's ranks. config
+ * supplies capacity and timeouts; its transport, rank, world_size, device and id are ignored.
+ * nccl_comm is an ncclComm_t (void* keeps nccl.h out of this header), used only during this call;
+ * NCCL must be loadable (libnccl.so.2 or $ARF_NCCL_LIBRARY), else arfUnsupported. */
+arfStatus_t arfCommInitRankFromNccl(arfComm_t* comm, const arfCommConfig_t* config,
+                                    void* nccl_comm, cudaStream_t stream);
+
 /* Convenience for the local transport: creates all `world_size` ranks from one thread (like
  * ncclCommInitAll). devices[r] is rank r's device; config supplies capacity and timeouts (its rank,
  * world_size, device, transport and id are ignored: always the local transport). comms must hold

@@ -13,6 +13,7 @@
 #include "core/quant_rules.h"
 #include "core/status.h"
 #include "core/env_placement.h"
+#include "core/nccl_api.h"
 #include "transport/ipc_bootstrap.h"
 #include "transport/local.h"
 
@@ -109,6 +110,35 @@ arfStatus_t arfCommInitRank(arfComm_t* comm, const arfCommConfig_t* config) {
   ARF_API_REQUIRE(config);
   // A version-2 caller's struct is shorter: read only what it has.
   const arfCommConfig_t full = arf::upgrade_config(config);
+  arf::Result<std::unique_ptr<arf::Communicator>> created = arf::Communicator::create(full);
+  if (!created.is_ok()) return report(created.status());
+  *comm = new arfComm{created.take()};
+  return arfSuccess;
+}
+
+arfStatus_t arfCommInitRankFromNccl(arfComm_t* comm, const arfCommConfig_t* config,
+                                    void* nccl_comm, cudaStream_t stream) {
+  ARF_API_REQUIRE(comm);
+  *comm = nullptr;
+  ARF_API_REQUIRE(config);
+  ARF_API_REQUIRE(nccl_comm);
+  arfCommConfig_t full = arf::upgrade_config(config);
+  full.transport = arfTransportIpc;
+  full.world_size = 1;  // placeholders until NCCL says: validate the caller's other fields first
+  full.rank = 0;
+  full.device = 0;
+  if (const arf::Status s = arf::validate_config(full); !s.is_ok()) return report(s);
+  std::string why;
+  const arf::nccl::Api* api = arf::nccl::api(&why);
+  if (api == nullptr) return report(arf::unsupported("arfCommInitRankFromNccl: NCCL: " + why));
+  const double timeout = arf::effective_init_timeout(full);
+  arf::Result<arf::nccl::NcclPlacement> placed =
+      arf::nccl::placement_from_nccl(*api, static_cast<ncclComm_t>(nccl_comm), stream, timeout);
+  if (!placed.is_ok()) return report(placed.status());
+  full.rank = placed.value().rank;
+  full.world_size = placed.value().world;
+  full.device = placed.value().device;
+  full.id = placed.value().id;
   arf::Result<std::unique_ptr<arf::Communicator>> created = arf::Communicator::create(full);
   if (!created.is_ok()) return report(created.status());
   *comm = new arfComm{created.take()};

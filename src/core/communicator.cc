@@ -104,10 +104,6 @@ KernelParams make_base_params(int rank, const StaticFacts& facts,
   return p;
 }
 
-// The rendezvous bound: 0 means the default.
-double init_timeout(const arfCommConfig_t& c) {
-  return c.init_timeout_seconds > 0 ? c.init_timeout_seconds : kDefaultInitTimeoutSeconds;
-}
 
 // Local transport: allocate, then meet the other ranks of this process. join reports its own
 // failures to every rank; only the workspace is ours to undo.
@@ -119,7 +115,7 @@ Result<std::shared_ptr<Group>> join_local(const arfCommConfig_t& c, const RankIn
   RankInfo info = proto;
   info.workspace = ws.value();
   Result<std::shared_ptr<local::LocalGroup>> group =
-      local::join(c.id, c.rank, c.world_size, info, init_timeout(c));
+      local::join(c.id, c.rank, c.world_size, info, effective_init_timeout(c));
   if (!group.is_ok()) {
     (void)free_workspace(&info.workspace);  // the join error is the one worth reporting
     return group.status();
@@ -134,7 +130,7 @@ Result<std::shared_ptr<Group>> join_ipc(const arfCommConfig_t& c, const RankInfo
   request.id = c.id;
   request.rank = c.rank;
   request.world = c.world_size;
-  request.timeout_seconds = init_timeout(c);
+  request.timeout_seconds = effective_init_timeout(c);
   request.proto = proto;
   request.layout = layout;
   return ipc::join(request);
@@ -160,6 +156,10 @@ Result<std::shared_ptr<const TuningTable>> agree_tuning_table(
   Result<TuningTable> table = parse_tuning_table(infos[0].tuning_table_json);
   if (!table.is_ok()) return table.status();
   return std::shared_ptr<const TuningTable>(std::make_shared<const TuningTable>(table.take()));
+}
+
+double effective_init_timeout(const arfCommConfig_t& c) {
+  return c.init_timeout_seconds > 0 ? c.init_timeout_seconds : kDefaultInitTimeoutSeconds;
 }
 
 arfCommConfig_t upgrade_config(const arfCommConfig_t* caller) {
@@ -283,7 +283,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   for (int r = 0; r < comm->facts_.world; ++r) {
     if (r != c.rank) comm->error_records_.push_back(infos[r].workspace.error_host);
   }
-  if (Status nccl = comm->setup_nccl(init_timeout(c)); !nccl.is_ok()) return nccl;
+  if (Status nccl = comm->setup_nccl(effective_init_timeout(c)); !nccl.is_ok()) return nccl;
   comm->base_params_ = make_base_params(c.rank, comm->facts_, infos, c.timeout_seconds);
   comm->base_params_.programmatic_launch = c.programmatic_launch;
   comm->timeout_seconds_ = static_cast<double>(comm->base_params_.timeout_ns) * 1e-9;

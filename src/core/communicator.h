@@ -29,6 +29,9 @@ inline constexpr size_t kCommConfigV2Bytes = offsetof(arfCommConfig_t, programma
 // it lacks are zero. Any other size is copied whole (validate_config then judges it).
 arfCommConfig_t upgrade_config(const arfCommConfig_t* caller);
 
+// The bound of every init-time wait: init_timeout_seconds, or the default (60 s) when 0.
+double effective_init_timeout(const arfCommConfig_t& c);
+
 // Checks a config on its own (no CUDA calls): struct_size/version, world in {1,2,4,8},
 // 0 <= rank < world, max_hidden a multiple of 8 in [8, 16384], 1 <= max_tokens <= INT32_MAX,
 // dtype bf16/fp16, timeouts finite and >= 0, transport local or ipc.

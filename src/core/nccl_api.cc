@@ -1,6 +1,8 @@
 // NCCL loaded at run time (nccl_api.h).
 #include "core/nccl_api.h"
 
+#include "core/cuda_check.h"
+
 #include <dlfcn.h>
 
 #include <chrono>
@@ -44,6 +46,10 @@ Loaded load() {
   resolve(handle, "ncclCommDestroy", &l.api.comm_destroy, &missing);
   resolve(handle, "ncclAllReduce", &l.api.all_reduce, &missing);
   resolve(handle, "ncclGetErrorString", &l.api.get_error_string, &missing);
+  resolve(handle, "ncclCommCount", &l.api.comm_count, &missing);
+  resolve(handle, "ncclCommUserRank", &l.api.comm_user_rank, &missing);
+  resolve(handle, "ncclCommCuDevice", &l.api.comm_cu_device, &missing);
+  resolve(handle, "ncclBroadcast", &l.api.broadcast, &missing);
   ncclResult_t (*get_version)(int*) = nullptr;
   resolve(handle, "ncclGetVersion", &get_version, &missing);
   if (!missing.empty()) {
@@ -128,6 +134,53 @@ Status Comm::close(bool abort) {
   comm_ = nullptr;
   return status(*api_, abort ? api_->comm_abort(comm) : api_->comm_destroy(comm),
                 abort ? "ncclCommAbort" : "ncclCommDestroy");
+}
+
+Result<NcclPlacement> placement_from_nccl(const Api& api, ncclComm_t comm, cudaStream_t stream,
+                                          double timeout_seconds) {
+  NcclPlacement p;
+  ARF_RETURN_IF_ERROR(status(api, api.comm_count(comm, &p.world), "ncclCommCount"));
+  ARF_RETURN_IF_ERROR(status(api, api.comm_user_rank(comm, &p.rank), "ncclCommUserRank"));
+  ARF_RETURN_IF_ERROR(status(api, api.comm_cu_device(comm, &p.device), "ncclCommCuDevice"));
+  ARF_CUDA_RETURN_IF_ERROR(cudaSetDevice(p.device));
+  if (p.rank == 0) {
+    const arfStatus_t made = arfGetUniqueId(&p.id);
+    if (made != arfSuccess) return internal_error("arfGetUniqueId failed");
+  }
+  void* buffer = nullptr;
+  ARF_CUDA_RETURN_IF_ERROR(cudaMalloc(&buffer, sizeof(p.id)));
+  Status s = cuda_status(cudaMemcpyAsync(buffer, &p.id, sizeof(p.id), cudaMemcpyHostToDevice, stream),
+                         "id -> device", __FILE__, __LINE__);
+  if (s.is_ok()) {
+    s = status(api, api.broadcast(buffer, buffer, sizeof(p.id), ncclUint8, 0, comm, stream),
+               "ncclBroadcast(rendezvous id)");
+  }
+  // Polled, not synchronized (nor a copy to pageable memory, which would block the same way): a
+  // rank that never joins the broadcast costs the bound, not a hang.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(timeout_seconds);
+  while (s.is_ok()) {
+    const cudaError_t q = cudaStreamQuery(stream);
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) {
+      s = cuda_status(q, "id broadcast", __FILE__, __LINE__);
+    } else if (std::chrono::steady_clock::now() > deadline) {
+      s = Status(arfTimeout, "rank " + std::to_string(p.rank) + ": the rendezvous id broadcast " +
+                                 "over the caller's NCCL communicator did not complete within " +
+                                 std::to_string(timeout_seconds) + " s (a rank did not join; the " +
+                                 "NCCL communicator's state is unknown)");
+      return s;  // the buffer may still be in use by the stuck broadcast: leaked on purpose
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  if (s.is_ok()) {
+    s = cuda_status(cudaMemcpy(&p.id, buffer, sizeof(p.id), cudaMemcpyDeviceToHost), "id -> host",
+                    __FILE__, __LINE__);
+  }
+  (void)cudaFree(buffer);
+  ARF_RETURN_IF_ERROR(s);
+  return p;
 }
 
 }  // namespace arf::nccl

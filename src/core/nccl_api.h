@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "arfusion/arfusion.h"
 #include "core/status.h"
 #include "kernels/kernel_params.h"
 
@@ -22,6 +23,12 @@ struct Api {
   ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                              cudaStream_t) = nullptr;
   const char* (*get_error_string)(ncclResult_t) = nullptr;
+  // For arfCommInitRankFromNccl: the caller's communicator's place, and the id broadcast.
+  ncclResult_t (*comm_count)(const ncclComm_t, int*) = nullptr;
+  ncclResult_t (*comm_user_rank)(const ncclComm_t, int*) = nullptr;
+  ncclResult_t (*comm_cu_device)(const ncclComm_t, int*) = nullptr;
+  ncclResult_t (*broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
+                            cudaStream_t) = nullptr;
   int version = 0;  // ncclGetVersion
   std::string path;
 };
@@ -62,5 +69,18 @@ class Comm {
   const Api* api_ = nullptr;
   ncclComm_t comm_ = nullptr;
 };
+
+// Where a caller's NCCL communicator puts this process, and a rendezvous id every rank of it
+// agrees on: rank 0 draws a fresh one and broadcasts it over `comm` on `stream`, waited for against
+// timeout_seconds (Timeout when a peer never joins the broadcast: the NCCL communicator is then in
+// an unknown state). Collective over `comm`'s ranks.
+struct NcclPlacement {
+  int rank = 0;
+  int world = 0;
+  int device = -1;
+  arfUniqueId id{};
+};
+Result<NcclPlacement> placement_from_nccl(const Api& api, ncclComm_t comm, cudaStream_t stream,
+                                          double timeout_seconds);
 
 }  // namespace arf::nccl
