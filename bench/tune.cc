@@ -66,8 +66,13 @@ std::optional<std::string> choose_column(const Row& row, std::string* why) {
   return std::nullopt;  // not reached: the fastest itself qualifies
 }
 
-std::optional<TuningEntry> derive_entry(const std::vector<Row>& rows, const TuningKey& key,
-                                        std::string* why) {
+namespace {
+
+// The skeleton both derivations share: the sweep starts at 1 token and increases; `choose` turns a
+// row into its range (or nullopt with *why); equal neighbours merge.
+template <typename Choose>
+std::optional<TuningEntry> derive_ranges(const std::vector<Row>& rows, const TuningKey& key,
+                                         std::string* why, Choose&& choose) {
   if (rows.empty() || rows.front().tokens != 1) {
     *why = "the sweep must start at 1 token (a table's first range does)";
     return std::nullopt;
@@ -80,15 +85,26 @@ std::optional<TuningEntry> derive_entry(const std::vector<Row>& rows, const Tuni
              std::to_string(entry.max_tokens) + ")";
       return std::nullopt;
     }
-    const std::optional<std::string> column = choose_column(row, why);
-    if (!column) return std::nullopt;
-    const Algorithm algorithm = algorithm_of(*column);
-    if (entry.ranges.empty() || entry.ranges.back().algorithm != algorithm) {
-      entry.ranges.push_back(TuningRange{row.tokens, algorithm, 1});
+    const std::optional<TuningRange> range = choose(row);
+    if (!range) return std::nullopt;
+    if (entry.ranges.empty() || entry.ranges.back().algorithm != range->algorithm ||
+        entry.ranges.back().level != range->level) {
+      entry.ranges.push_back(*range);
     }
     entry.max_tokens = row.tokens;
   }
   return entry;
+}
+
+}  // namespace
+
+std::optional<TuningEntry> derive_entry(const std::vector<Row>& rows, const TuningKey& key,
+                                        std::string* why) {
+  return derive_ranges(rows, key, why, [&](const Row& row) -> std::optional<TuningRange> {
+    const std::optional<std::string> column = choose_column(row, why);
+    if (!column) return std::nullopt;
+    return TuningRange{row.tokens, algorithm_of(*column), 1};
+  });
 }
 
 namespace {
@@ -119,36 +135,23 @@ const Cell* choose_quant_cell(const Row& row, int* level, std::string* why) {
 
 std::optional<TuningEntry> derive_quant_entry(const std::vector<Row>& rows, const TuningKey& key,
                                               std::string* why) {
-  if (rows.empty() || rows.front().tokens != 1) {
-    *why = "the sweep must start at 1 token (a table's first range does)";
-    return std::nullopt;
-  }
-  TuningEntry entry;
-  entry.key = key;
-  for (const Row& row : rows) {
-    if (row.variant != rows.front().variant || row.tokens <= entry.max_tokens) {
-      *why = "one quant variant with increasing token counts is needed (" + row.variant + ", " +
-             std::to_string(row.tokens) + " tokens after " + std::to_string(entry.max_tokens) + ")";
+  return derive_ranges(rows, key, why, [&](const Row& row) -> std::optional<TuningRange> {
+    if (row.variant != rows.front().variant) {
+      *why = "one quant variant is needed (" + rows.front().variant + ", then " + row.variant + ")";
       return std::nullopt;
     }
     int level = 0;
     const Cell* cell = choose_quant_cell(row, &level, why);
     if (cell == nullptr) return std::nullopt;
     const std::string& name = level == 3 ? cell->inner : cell->chosen;
-    Algorithm algorithm = algorithm_of(name);
+    const Algorithm algorithm = algorithm_of(name);
     if (algorithm == Algorithm::kAuto || algorithm == Algorithm::kUnfused) {
-      *why = "the " + cell->column + " cell at " + std::to_string(row.tokens) +
-             " tokens ran '" + name + "', which a quant range cannot name";
+      *why = "the " + cell->column + " cell at " + std::to_string(row.tokens) + " tokens ran '" +
+             name + "', which a quant range cannot name";
       return std::nullopt;
     }
-    const TuningRange range{row.tokens, algorithm, level};
-    if (entry.ranges.empty() || entry.ranges.back().algorithm != range.algorithm ||
-        entry.ranges.back().level != range.level) {
-      entry.ranges.push_back(range);
-    }
-    entry.max_tokens = row.tokens;
-  }
-  return entry;
+    return TuningRange{row.tokens, algorithm, level};
+  });
 }
 
 std::string merge_entry(TuningTable* table, const TuningEntry& entry, const std::string& machine,
