@@ -261,7 +261,10 @@ typedef struct arfFusedArgs_t {
   arfPattern_t pattern;
   arfAlgorithm_t algorithm;  /* arfAlgoAuto or a forced algorithm */
   arfDataType_t dtype;       /* must equal the communicator's dtype */
-  size_t num_tokens;         /* rows, 1 .. max_tokens (0 is a no-op) */
+  size_t num_tokens;         /* rows, 1 .. max_tokens (0 is a no-op). More than max_tokens runs
+                                only on the nccl algorithm (auto or forced nccl; quantized patterns
+                                need norm_out), where the communicator has it; else
+                                arfInvalidArgument */
   size_t hidden;             /* columns, multiple of 8, 8 .. max_hidden */
 
   const void* input;         /* [num_tokens, hidden], this rank's partial sums */
@@ -314,7 +317,8 @@ arfStatus_t arfPlan(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan)
  * equal to the unfused path. */
 arfStatus_t arfFusedAllReduce(arfComm_t comm, const arfFusedArgs_t* args, cudaStream_t stream);
 
-/* out = sum over ranks of in, count elements (multiple of 8, <= max_tokens * max_hidden) of dtype.
+/* out = sum over ranks of in, count elements (multiple of 8, <= max_tokens * max_hidden, or any
+ * count on the nccl algorithm where the communicator has it) of dtype.
  * out may equal in. Same contracts as arfFusedAllReduce (algorithm auto). */
 arfStatus_t arfAllReduce(arfComm_t comm, const void* in, void* out, size_t count,
                          arfDataType_t dtype, cudaStream_t stream);

@@ -183,10 +183,27 @@ Status check_shape(const arfFusedArgs_t& a, const StaticFacts& facts) {
                             std::to_string(max_hidden) + "] (communicator max_hidden " +
                             std::to_string(facts.max_hidden) + ")");
   }
+  if (a.num_tokens > static_cast<size_t>(INT32_MAX)) {
+    return invalid_argument("num_tokens " + std::to_string(a.num_tokens) + " exceeds 2^31 - 1");
+  }
   if (a.num_tokens > static_cast<size_t>(facts.max_tokens)) {
-    return invalid_argument("num_tokens " + std::to_string(a.num_tokens) +
-                            " exceeds the communicator's max_tokens " +
-                            std::to_string(facts.max_tokens));
+    // Over capacity only the nccl algorithm can run (it needs no workspace), and only where the
+    // rows between its two kernels have a caller buffer to live in. Decided from the shape and the
+    // agreed facts, so every rank reaches the same verdict.
+    const std::string over = "num_tokens " + std::to_string(a.num_tokens) +
+                             " exceeds the communicator's max_tokens " +
+                             std::to_string(facts.max_tokens);
+    if (!facts.nccl) {
+      return invalid_argument(over + " (calls over capacity run on the nccl algorithm only, which "
+                                     "this communicator does not have)");
+    }
+    if (raw_enum(a.algorithm) != arfAlgoAuto && raw_enum(a.algorithm) != arfAlgoNccl) {
+      return invalid_argument(over + " (over capacity only algorithm auto or nccl can run it)");
+    }
+    if (is_quant_pattern(static_cast<Pattern>(raw_enum(a.pattern))) && a.norm_out == nullptr) {
+      return invalid_argument(over + " (over capacity a quantized call runs on nccl and needs "
+                                     "norm_out for the rows between its kernels)");
+    }
   }
   return Status::ok();
 }
@@ -343,7 +360,8 @@ Status validate_allreduce(size_t count, arfDataType_t dtype, const void* in, con
                             " is not a multiple of 8 (16-byte vectors)");
   }
   const uint64_t capacity = static_cast<uint64_t>(facts.max_tokens) * facts.max_hidden;
-  if (count > capacity) {
+  // Over capacity the nccl algorithm runs it (no workspace needed), when there is one.
+  if (count > capacity && !facts.nccl) {
     return invalid_argument("count " + std::to_string(count) + " exceeds the capacity " +
                             std::to_string(capacity) + " (max_tokens " +
                             std::to_string(facts.max_tokens) + " x max_hidden " +

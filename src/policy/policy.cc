@@ -329,9 +329,17 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
   int tuned_level = 0;
   if (shape.requested == Algorithm::kAuto) {
     Result<Plan> chosen = choose_auto(shape, facts);
-    if (!chosen.is_ok()) return chosen.status();
-    plan = chosen.take();
-    tuned_level = apply_tuned_table(shape, facts, table, &plan);
+    std::string nccl_why;
+    if (!chosen.is_ok() && algorithm_feasible(Algorithm::kNccl, shape, facts, &nccl_why)) {
+      // Beyond every custom algorithm's buffers (over capacity): NCCL needs no workspace.
+      plan.algorithm = Algorithm::kNccl;
+      plan.reason = "auto: custom algorithms cannot run this call (" + chosen.status().message() +
+                    ") -> nccl";
+    } else {
+      if (!chosen.is_ok()) return chosen.status();
+      plan = chosen.take();
+      tuned_level = apply_tuned_table(shape, facts, table, &plan);
+    }
   } else {
     std::string why;
     if (!algorithm_feasible(shape.requested, shape, facts, &why)) {

@@ -117,5 +117,19 @@ TEST(PolicyNccl, TableRefusesNcclAtFusedLevels) {
   EXPECT_EQ(parsed.value(), nccl_table(3));
 }
 
+
+TEST(PolicyNccl, OverCapacityAutoFallsBackToNccl) {
+  // 2048 tokens > max_tokens 1024: no custom algorithm's buffers hold it.
+  const CallShape over = call_shape(2048, 8192, Pattern::kResidualRmsNorm, Algorithm::kAuto);
+  const Plan p = plan_ok(over, facts(true));
+  EXPECT_EQ(p.algorithm, Algorithm::kNccl);
+  EXPECT_NE(p.reason.find("-> nccl"), std::string::npos) << p.reason;
+  EXPECT_FALSE(make_plan(over, facts(false)).is_ok());
+  const Plan quant =
+      plan_ok(call_shape(2048, 8192, Pattern::kFp8PerToken, Algorithm::kAuto), facts(true));
+  EXPECT_EQ(quant.algorithm, Algorithm::kNccl);
+  EXPECT_EQ(quant.fallback_level, 3);
+}
+
 }  // namespace
 }  // namespace arf

@@ -99,6 +99,30 @@ TEST_F(Validate, DtypeMismatch) {
   expect_error(arfInvalidArgument, "dtype mismatch: call fp16, communicator bf16");
 }
 
+// Over capacity only the nccl algorithm can run a call (policy_nccl tests the plan): with an NCCL
+// communicator, auto and forced nccl pass validation, other algorithms and quantized calls without
+// norm_out (no buffer for the rows between the kernels) do not; without one, nothing does.
+TEST_F(Validate, OverCapacityOnlyOnNccl) {
+  args_.num_tokens = 129;
+  expect_error(arfInvalidArgument, "run on the nccl algorithm only, which this communicator does not have");
+  facts_.nccl = true;
+  EXPECT_TRUE(run().is_ok()) << run().message();
+  args_.algorithm = arfAlgoNccl;
+  EXPECT_TRUE(run().is_ok()) << run().message();
+  args_.algorithm = arfAlgoTwoshot;
+  expect_error(arfInvalidArgument, "over capacity only algorithm auto or nccl");
+  args_.algorithm = arfAlgoAuto;
+  args_.pattern = arfPatternResidualRmsNormFp8PerToken;
+  args_.quant_out = addr(kArOut);
+  args_.scale_out = addr(kForeignBase - 0x1000000);
+  args_.norm_out = nullptr;
+  expect_error(arfInvalidArgument, "needs norm_out");
+  args_.num_tokens = static_cast<size_t>(INT32_MAX) + 1;
+  args_.pattern = arfPatternResidualRmsNorm;
+  args_.norm_out = addr(kNormOut);
+  expect_error(arfInvalidArgument, "exceeds 2^31 - 1");
+}
+
 TEST_F(Validate, HiddenAndCapacity) {
   args_.hidden = 4100;
   expect_error(arfInvalidArgument, "hidden 4100 is not a multiple of 8");
