@@ -215,8 +215,11 @@ arfStatus_t arfCommConfigFromEnv(arfCommConfig_t* config);
  * id (owning user only, checked by SO_PEERCRED); every rank allocates its workspace with cuMem as
  * an exportable POSIX file descriptor, the descriptors are exchanged (SCM_RIGHTS), and each rank
  * imports, maps and access-enables every peer's. A write/read probe then runs on every pair and all
- * ranks vote: creation succeeds on every rank or fails on every rank (arfUnsupported naming the
- * pair that failed, arfTimeout naming ranks that never joined, arfCommFailed when a rank exited).
+ * ranks vote. When some pair cannot reach each other's memory and every rank has NCCL (one rank per
+ * GPU; see arfAlgoNccl), the communicator is created on every rank and runs every call on nccl
+ * (arfPlan's reason says so; forced custom algorithms are arfUnsupported); without NCCL creation
+ * fails on every rank with arfUnsupported naming the pair. Other failures are the same on every
+ * rank too: arfTimeout naming ranks that never joined, arfCommFailed when a rank exited.
  * Needs cuMem with POSIX file descriptor handles (Linux, CUDA 11.3+ driver).
  * Both: when several ranks share one device, launch grids are capped so that all ranks' blocks
  * co-reside (spinning kernels would otherwise deadlock); ranks of different processes on one GPU

@@ -86,6 +86,7 @@ KernelParams make_base_params(int rank, const StaticFacts& facts,
   p.world = facts.world;
   for (int r = 0; r < facts.world; ++r) {
     const Workspace& ws = infos[r].workspace;
+    if (ws.base == nullptr) continue;  // unmapped peer (Group::peer_path_failure): nccl only
     p.peers.lamport[r] = ws.lamport();
     p.peers.pull[r] = ws.pull();
     p.peers.scatter[r] = ws.scatter();
@@ -281,9 +282,19 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   comm->tuning_table_ = table.take();
   comm->error_records_.push_back(infos[c.rank].workspace.error_host);
   for (int r = 0; r < comm->facts_.world; ++r) {
-    if (r != c.rank) comm->error_records_.push_back(infos[r].workspace.error_host);
+    // A peer left unmapped (peer_path_failure) has no record here; NCCL reports its own failures.
+    const ErrorRecord* record = infos[r].workspace.error_host;
+    if (r != c.rank && record != nullptr) comm->error_records_.push_back(record);
   }
   if (Status nccl = comm->setup_nccl(effective_init_timeout(c)); !nccl.is_ok()) return nccl;
+  // Ranks that cannot reach each other's memory run every call on NCCL, or fail together. The
+  // failure text and facts_.nccl are identical on every rank, so every rank takes one branch.
+  if (const std::string no_path = comm->group_->peer_path_failure(); !no_path.empty()) {
+    if (!comm->facts_.nccl) {
+      return unsupported(no_path + "; no fallback: " + comm->nccl_why_);
+    }
+    comm->facts_.custom = false;
+  }
   comm->base_params_ = make_base_params(c.rank, comm->facts_, infos, c.timeout_seconds);
   comm->base_params_.programmatic_launch = c.programmatic_launch;
   comm->timeout_seconds_ = static_cast<double>(comm->base_params_.timeout_ns) * 1e-9;

@@ -20,6 +20,10 @@ struct StaticFacts {
   int max_ranks_per_device = 1;    // >1 when ranks share a GPU (virtual ranks)
   // Every rank created its NCCL communicator at init (agreed), so the `nccl` algorithm can run.
   bool nccl = false;
+  // The custom (peer-memory) algorithms may run. False only when the ipc transport found a pair
+  // of ranks that cannot reach each other's memory and every rank has NCCL: then every call runs
+  // on `nccl` (agreed at init, like everything here).
+  bool custom = true;
 };
 
 // The shape of one call, as the planner sees it.

@@ -183,6 +183,11 @@ bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const Stati
     *why = "auto is not an algorithm";
     return false;
   }
+  if (!facts.custom) {
+    *why = "the custom algorithms were disabled at init (a pair of ranks cannot reach each other's "
+           "memory); this communicator runs on nccl";
+    return false;
+  }
   if (!shape_feasible(shape, facts, why)) return false;
   const int64_t capacity_elems = facts.max_tokens * facts.max_hidden;
   switch (algorithm) {
@@ -331,7 +336,14 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
     Result<Plan> chosen = choose_auto(shape, facts);
     std::string nccl_why;
     if (!chosen.is_ok() && algorithm_feasible(Algorithm::kNccl, shape, facts, &nccl_why)) {
-      // Beyond every custom algorithm's buffers (over capacity): NCCL needs no workspace.
+      // Beyond every custom algorithm's buffers (over capacity), or custom algorithms disabled:
+      // NCCL needs no workspace. It cannot honour a forced fused level.
+      if (is_quant_pattern(shape.pattern) &&
+          (shape.requested_fallback == 1 || shape.requested_fallback == 2)) {
+        return unsupported(std::string("fallback level ") + level_name(shape.requested_fallback) +
+                           " needs a fused algorithm, and only nccl (level 3) can run this call: " +
+                           chosen.status().message());
+      }
       plan.algorithm = Algorithm::kNccl;
       plan.reason = "auto: custom algorithms cannot run this call (" + chosen.status().message() +
                     ") -> nccl";

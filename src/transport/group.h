@@ -59,6 +59,11 @@ class Group {
   // bounded wait's Timeout, which names the peer).
   virtual Status record_call(int rank, uint64_t call_index, const local::CallSignature& signature) = 0;
 
+  // Why the ranks cannot use each other's memory ("" when they can). Identical on every rank. Only
+  // the ipc transport forms a group in that state (its import or probe failed with Unsupported),
+  // so that the communicator can run on NCCL instead; peers' workspaces may then be unmapped.
+  virtual std::string peer_path_failure() const { return ""; }
+
   // Collective, after formation (init only): every rank contributes up to kMaxExchangeBytes and
   // every rank receives all contributions, indexed by rank. Bounded by timeout_seconds (Timeout
   // naming the ranks that did not arrive). Lets ranks agree on what each found out alone (whether

@@ -113,8 +113,10 @@ uint64_t salt_of(const arfUniqueId& id) {
 
 class IpcGroup final : public Group {
  public:
-  IpcGroup(std::vector<RankInfo> infos, Bootstrap boot)
-      : infos_(std::move(infos)), boot_(std::move(boot)) {}
+  IpcGroup(std::vector<RankInfo> infos, Bootstrap boot, std::string peer_path_failure)
+      : infos_(std::move(infos)),
+        boot_(std::move(boot)),
+        peer_path_failure_(std::move(peer_path_failure)) {}
   ~IpcGroup() override = default;
 
   const std::vector<RankInfo>& infos() const override { return infos_; }
@@ -130,6 +132,8 @@ class IpcGroup final : public Group {
     }
     return first;
   }
+
+  std::string peer_path_failure() const override { return peer_path_failure_; }
 
   bool shares_device(int) const override { return false; }
   Status wait_enqueue_turn(int, uint64_t, double) const override { return Status::ok(); }
@@ -159,6 +163,7 @@ class IpcGroup final : public Group {
  private:
   std::vector<RankInfo> infos_;
   std::optional<Bootstrap> boot_;  // open until leave: init-time agreements (exchange)
+  std::string peer_path_failure_;
 };
 
 // Frees every workspace in `infos` (own and imported); used when init fails after some exist.
@@ -325,14 +330,18 @@ Result<std::shared_ptr<Group>> join(const JoinRequest& req) {
   if (!error_fds.is_ok()) return fail(error_fds.status());
   s = import_peers(req, wires.value(), memory_fds.value(), error_fds.value(), &infos);
   s = exchange_verdict(boot, s, "import peer workspaces");
-  if (!s.is_ok()) return fail(s);
-
-  s = probe_pairs(boot, req, infos);
-  s = exchange_verdict(boot, s, "peer probe");
-  if (!s.is_ok()) return fail(s);
+  // Unsupported (no path between two ranks' memory) leaves the group usable for NCCL: the
+  // communicator decides (Group::peer_path_failure); anything else is fatal.
+  if (!s.is_ok() && s.code() != arfUnsupported) return fail(s);
+  if (s.is_ok()) {
+    s = probe_pairs(boot, req, infos);
+    s = exchange_verdict(boot, s, "peer probe");
+    if (!s.is_ok() && s.code() != arfUnsupported) return fail(s);
+  }
   // The group keeps the bootstrap for init-time agreements (exchange); after init nothing uses it,
   // and a peer's later exit shows up as the bounded waits' Timeout naming it.
-  return std::shared_ptr<Group>(std::make_shared<IpcGroup>(std::move(infos), std::move(boot)));
+  return std::shared_ptr<Group>(std::make_shared<IpcGroup>(std::move(infos), std::move(boot),
+                                                           s.is_ok() ? "" : s.message()));
 }
 
 }  // namespace arf::ipc

@@ -131,5 +131,28 @@ TEST(PolicyNccl, OverCapacityAutoFallsBackToNccl) {
   EXPECT_EQ(quant.fallback_level, 3);
 }
 
+
+TEST(PolicyNccl, CustomDisabledRunsEverythingOnNccl) {
+  StaticFacts f = facts(true);
+  f.custom = false;  // the ipc probe found no path between two ranks' memory
+  const Plan p = plan_ok(call_shape(4, 8192, Pattern::kResidualRmsNorm, Algorithm::kAuto), f);
+  EXPECT_EQ(p.algorithm, Algorithm::kNccl);
+  EXPECT_NE(p.reason.find("disabled at init"), std::string::npos) << p.reason;
+  const Result<Plan> forced =
+      make_plan(call_shape(4, 8192, Pattern::kResidualRmsNorm, Algorithm::kTwoshot), f);
+  ASSERT_FALSE(forced.is_ok());
+  EXPECT_NE(forced.status().message().find("disabled at init"), std::string::npos);
+  const Result<Plan> level1 =
+      make_plan(call_shape(4, 8192, Pattern::kFp8PerToken, Algorithm::kAuto, 1), f);
+  ASSERT_FALSE(level1.is_ok());
+  EXPECT_EQ(level1.status().code(), arfUnsupported);
+  EXPECT_NE(level1.status().message().find("only nccl (level 3) can run this call"),
+            std::string::npos)
+      << level1.status().message();
+  const Plan quant = plan_ok(call_shape(4, 8192, Pattern::kFp8PerToken, Algorithm::kAuto), f);
+  EXPECT_EQ(quant.fallback_level, 3);
+  EXPECT_EQ(quant.algorithm, Algorithm::kNccl);
+}
+
 }  // namespace
 }  // namespace arf
