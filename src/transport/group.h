@@ -54,9 +54,9 @@ class Group {
   virtual Status wait_enqueue_turn(int rank, uint64_t call, double timeout_seconds) const = 0;
   virtual void mark_enqueued(int rank, uint64_t calls) = 0;
 
-  // Every rank's call i must have the same signature (call_signature.h). Only ranks of one
-  // process can compare before launching; ipc returns OK (a mismatch there surfaces as the
-  // bounded wait's Timeout, which names the peer).
+  // Every rank's call i must have the same signature (call_signature.h): InvalidArgument naming
+  // both ranks when the later rank records a different one (local: a shared log; ipc: shared
+  // rings, shared_call_log.h). Best effort: ranks far apart are not compared.
   virtual Status record_call(int rank, uint64_t call_index, const local::CallSignature& signature) = 0;
 
   // Why the ranks cannot use each other's memory ("" when they can). Identical on every rank. Only

@@ -13,6 +13,7 @@
 #include "core/cuda_check.h"
 #include "kernels/peer_probe.h"
 #include "transport/ipc_bootstrap.h"
+#include "transport/shared_call_log.h"
 
 namespace arf::ipc {
 namespace {
@@ -113,9 +114,11 @@ uint64_t salt_of(const arfUniqueId& id) {
 
 class IpcGroup final : public Group {
  public:
-  IpcGroup(std::vector<RankInfo> infos, Bootstrap boot, std::string peer_path_failure)
+  IpcGroup(std::vector<RankInfo> infos, Bootstrap boot, SharedCallLog calls,
+           std::string peer_path_failure)
       : infos_(std::move(infos)),
         boot_(std::move(boot)),
+        calls_(std::move(calls)),
         peer_path_failure_(std::move(peer_path_failure)) {}
   ~IpcGroup() override = default;
 
@@ -138,7 +141,11 @@ class IpcGroup final : public Group {
   bool shares_device(int) const override { return false; }
   Status wait_enqueue_turn(int, uint64_t, double) const override { return Status::ok(); }
   void mark_enqueued(int, uint64_t) override {}
-  Status record_call(int, uint64_t, const local::CallSignature&) override { return Status::ok(); }
+  // Across processes through shared rings (shared_call_log.h): a mismatch is refused before the
+  // later rank launches, as in one process.
+  Status record_call(int, uint64_t call_index, const local::CallSignature& signature) override {
+    return calls_.record(call_index, signature);
+  }
 
   // The bootstrap's all_gather (equal sizes: a length byte pair and zero padding), bounded by the
   // timeout the bootstrap was formed with.
@@ -163,6 +170,7 @@ class IpcGroup final : public Group {
  private:
   std::vector<RankInfo> infos_;
   std::optional<Bootstrap> boot_;  // open until leave: init-time agreements (exchange)
+  SharedCallLog calls_;
   std::string peer_path_failure_;
 };
 
@@ -171,9 +179,10 @@ void free_all(std::vector<RankInfo>* infos) {
   for (RankInfo& info : *infos) (void)free_workspace(&info.workspace);
 }
 
-// This rank's local setup: allocation, export, device identity. Returns the wire to publish (code
-// set on failure) and fills *ws / *export_fd on success.
-Wire prepare(const JoinRequest& req, Workspace* ws, Fd* export_fd) {
+// This rank's local setup: allocation, export, device identity, call log. Returns the wire to
+// publish (code set on failure) and fills *ws / *export_fd / *calls on success.
+Wire prepare(const JoinRequest& req, Workspace* ws, Fd* export_fd,
+             std::optional<SharedCallLog>* calls) {
   Wire w;
   const RankInfo& p = req.proto;
   w.device = p.device;
@@ -195,6 +204,9 @@ Wire prepare(const JoinRequest& req, Workspace* ws, Fd* export_fd) {
                          __FILE__, __LINE__);
   if (!s.is_ok()) return fail(s);
   std::memcpy(w.uuid, prop.uuid.bytes, sizeof(w.uuid));
+  Result<SharedCallLog> log = SharedCallLog::create(req.world, req.rank);
+  if (!log.is_ok()) return fail(log.status());
+  calls->emplace(log.take());
   Result<Workspace> allocated = allocate_workspace(req.layout, p.device, WorkspaceMemory::kShareable);
   if (!allocated.is_ok()) return fail(allocated.status());
   *ws = allocated.take();
@@ -285,7 +297,8 @@ Result<std::shared_ptr<Group>> join(const JoinRequest& req) {
 
   Workspace own;
   Fd export_fd;
-  const Wire mine = prepare(req, &own, &export_fd);
+  std::optional<SharedCallLog> calls;
+  const Wire mine = prepare(req, &own, &export_fd, &calls);
   Result<std::vector<Wire>> wires = boot.all_gather_value(mine);
   if (!wires.is_ok()) {
     (void)free_workspace(&own);
@@ -328,6 +341,10 @@ Result<std::shared_ptr<Group>> join(const JoinRequest& req) {
   if (!memory_fds.is_ok()) return fail(memory_fds.status());
   Result<std::vector<Fd>> error_fds = boot.all_gather_fds(own.error_fd);
   if (!error_fds.is_ok()) return fail(error_fds.status());
+  Result<std::vector<Fd>> log_fds = boot.all_gather_fds(calls->fd());
+  if (!log_fds.is_ok()) return fail(log_fds.status());
+  s = exchange_verdict(boot, calls->attach(log_fds.value()), "map peer call logs");
+  if (!s.is_ok()) return fail(s);
   s = import_peers(req, wires.value(), memory_fds.value(), error_fds.value(), &infos);
   s = exchange_verdict(boot, s, "import peer workspaces");
   // Unsupported (no path between two ranks' memory) leaves the group usable for NCCL: the
@@ -340,8 +357,8 @@ Result<std::shared_ptr<Group>> join(const JoinRequest& req) {
   }
   // The group keeps the bootstrap for init-time agreements (exchange); after init nothing uses it,
   // and a peer's later exit shows up as the bounded waits' Timeout naming it.
-  return std::shared_ptr<Group>(std::make_shared<IpcGroup>(std::move(infos), std::move(boot),
-                                                           s.is_ok() ? "" : s.message()));
+  return std::shared_ptr<Group>(std::make_shared<IpcGroup>(
+      std::move(infos), std::move(boot), std::move(*calls), s.is_ok() ? "" : s.message()));
 }
 
 }  // namespace arf::ipc

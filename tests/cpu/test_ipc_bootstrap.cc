@@ -25,6 +25,7 @@
 
 #include "transport/ipc.h"
 #include "transport/ipc_bootstrap.h"
+#include "transport/shared_call_log.h"
 
 namespace arf::ipc {
 namespace {
@@ -556,6 +557,58 @@ TEST(IpcJoin, EveryRankGetsTheSameVerdictWhenOneCannotSetUp) {
   EXPECT_EQ(o[0].text, o[1].text);
   EXPECT_TRUE(contains(o[0].text, "ipc init (allocate and export the workspace): rank ")) << o[0].text;
   EXPECT_LT(o[0].seconds, 5.0) << "agreement must not wait for a timeout";
+}
+
+
+// The ipc transport's cross-process call check (transport/shared_call_log.h): rank 0 publishes
+// calls 0..9; rank 1 then records the same 0..4, a different call 5 (refused, naming both ranks
+// and signatures), and a call 300 that shares call 44's slot (never compared: not flagged).
+TEST(SharedCallLog, MismatchedCallIsRefusedNamingBothRanks) {
+  const UniqueId id = fresh_id();
+  auto sig = [](int64_t elems) {
+    local::CallSignature s;
+    s.pattern = 1;
+    s.num_elems = elems;
+    s.row_elems = 64;
+    return s;
+  };
+  auto body = [&](int rank) {
+    const auto start = Clock::now();
+    Result<Bootstrap> boot = Bootstrap::connect(id, rank, 2, 5.0);
+    if (!boot.is_ok()) return from_status(boot.status(), start);
+    Result<SharedCallLog> log = SharedCallLog::create(2, rank);
+    if (!log.is_ok()) return from_status(log.status(), start);
+    Result<std::vector<Fd>> fds = boot.value().all_gather_fds(log.value().fd());
+    if (!fds.is_ok()) return from_status(fds.status(), start);
+    if (Status s = log.value().attach(fds.value()); !s.is_ok()) return from_status(s, start);
+    if (rank == 0) {
+      for (uint64_t c = 0; c < 10; ++c) {
+        if (Status s = log.value().record(c, sig(64 * (c + 1))); !s.is_ok()) {
+          return failed_check("rank 0 call " + std::to_string(c) + ": " + s.message());
+        }
+      }
+    }
+    if (Status s = boot.value().barrier(); !s.is_ok()) return from_status(s, start);
+    if (rank == 1) {
+      for (uint64_t c = 0; c < 5; ++c) {
+        if (Status s = log.value().record(c, sig(64 * (c + 1))); !s.is_ok()) {
+          return failed_check("rank 1 call " + std::to_string(c) + ": " + s.message());
+        }
+      }
+      const Status bad = log.value().record(5, sig(999 * 64));
+      if (bad.code() != arfInvalidArgument ||
+          !contains(bad.message(), "call 5: rank 1 issued") ||
+          !contains(bad.message(), "but rank 0 issued")) {
+        return failed_check("expected a mismatch naming ranks 1 and 0, got: " + bad.message());
+      }
+      if (Status s = log.value().record(300, sig(7 * 64)); !s.is_ok()) {
+        return failed_check("a lapped slot was compared: " + s.message());
+      }
+    }
+    if (Status s = boot.value().barrier(); !s.is_ok()) return from_status(s, start);
+    return Outcome{0, "", seconds_since(start)};
+  };
+  expect_all_ok(run_children(2, body));
 }
 
 }  // namespace
