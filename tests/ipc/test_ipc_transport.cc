@@ -12,7 +12,8 @@
 //   Init         a rank that never joins (arfTimeout naming it); mismatched capacity
 //                (arfInvalidArgument on every rank, no wait)
 //   Failure      a rank that exits after init: the peer's call times out naming it, later calls
-//                are refused, destroy returns
+//                are refused, destroy returns; a rank that issues a different call: refused
+//                before launch naming both ranks (shared call log), the peer times out
 //   Graph        (test_ipc_graph.cc) three captured calls replayed with new inputs each time
 //   Env          the communicator from arfCommConfigFromEnv (what arfusion-run sets)
 //
@@ -28,6 +29,7 @@
 #include <cstring>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ipc/ipc_rank.h"
@@ -280,6 +282,53 @@ TEST(IpcFailure, PeerThatExitsAfterInitTimesOutTheCall) {
         if (elapsed > kDestroyBoundSeconds) {
           ctx.fail("arfCommDestroy took " + fmt_seconds(elapsed) + " with a dead peer");
         }
+      },
+      kShortDeadlineSeconds);
+  expect_all_passed(results);
+}
+
+// ---- d2. a rank that issues a different call ---------------------------------------------------
+
+// Rank 1 calls with 17 tokens where rank 0 called with 16: the shared call log
+// (src/transport/shared_call_log.h) refuses rank 1's call before it launches, naming both ranks;
+// rank 0, already launched, gives up at its bounded wait naming peer 1 (call_into_a_dead_peer).
+TEST(IpcFailure, MismatchedCallIsRefusedBeforeLaunch) {
+  const uint64_t seed = test_seed();
+  const auto results = run_processes(
+      test_name(), one_group(2),
+      [&](RankContext& ctx) {
+        if (!init_device(ctx)) return;
+        arfCommConfig_t config = ipc_config(ctx, arfBFloat16);
+        config.timeout_seconds = kShortDeviceTimeoutSeconds;
+        const arfComm_t comm = init_comm(ctx, config);
+        if (comm == nullptr) return;
+        if (ctx.rank() == 0) {
+          call_into_a_dead_peer(ctx, comm, seed);
+        } else {
+          // Rank 0 publishes its call first, so rank 1 is the one that compares.
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          const cudaStream_t stream = make_stream(ctx);
+          if (stream == nullptr) return;
+          CallSpec spec;
+          spec.num_tokens = 17;
+          const CallData data = make_call_data(spec, ctx.world(), arfBFloat16, seed);
+          const auto buffers = CallBuffers::create(ctx, spec, arfBFloat16);
+          if (buffers == nullptr || !buffers->upload(ctx, data, stream)) return;
+          const arfStatus_t st = buffers->launch(comm, stream);
+          const std::string message = arfGetLastErrorString();
+          ctx.note("mismatched call: " + std::string(arfGetStatusString(st)) + ": " + message);
+          if (st != arfInvalidArgument || message.find("rank 1 issued") == std::string::npos ||
+              message.find("but rank 0 issued") == std::string::npos) {
+            ctx.fail("expected arfInvalidArgument naming ranks 1 and 0, got " + status_text(st));
+          }
+          if (const arfStatus_t later = buffers->launch(comm, stream); later != arfCommFailed) {
+            ctx.fail("after the mismatch the communicator must refuse with arfCommFailed, got " +
+                     status_text(later));
+          }
+          cuda_ok(ctx, cudaStreamSynchronize(stream), "synchronize");
+          cudaStreamDestroy(stream);
+        }
+        (void)arfCommDestroy(comm);
       },
       kShortDeadlineSeconds);
   expect_all_passed(results);
