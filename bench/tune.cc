@@ -1,34 +1,25 @@
 // --tune-out: fastest column per token count -> ranges -> one tuning-table entry, merged into FILE.
 #include "tune.h"
 
+#include "arfusion/arfusion.h"
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <utility>
 
 namespace arf::bench {
 namespace {
 
-constexpr std::pair<const char*, Algorithm> kColumns[] = {
-    {"oneshot_lamport", Algorithm::kOneshotLamport},
-    {"oneshot_pull", Algorithm::kOneshotPull},
-    {"twoshot", Algorithm::kTwoshot},
-    {"unfused", Algorithm::kUnfused},
-    {"nccl", Algorithm::kNccl}};
-
+// Columns are named as the API names algorithms (arfAlgorithmName), and the enums match.
 Algorithm algorithm_of(const std::string& column) {
-  for (const auto& [name, algorithm] : kColumns) {
-    if (column == name) return algorithm;
-  }
-  return Algorithm::kAuto;  // not reached: choose_column returns kPreference names only
+  arfAlgorithm_t a = arfAlgoAuto;
+  if (arfAlgorithmFromName(column.c_str(), &a) != arfSuccess) return Algorithm::kAuto;
+  return static_cast<Algorithm>(a);
 }
 
 const char* column_of(Algorithm algorithm) {
-  for (const auto& [name, a] : kColumns) {
-    if (a == algorithm) return name;
-  }
-  return "?";
+  return arfAlgorithmName(static_cast<arfAlgorithm_t>(algorithm));
 }
 
 // A time that may decide: measured, no error, and not found wrong by the check.

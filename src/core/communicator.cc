@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <utility>
+#include <optional>
 #include <thread>
 
 #include "core/cuda_check.h"
@@ -135,6 +137,23 @@ Result<std::shared_ptr<Group>> join_ipc(const arfCommConfig_t& c, const RankInfo
   request.proto = proto;
   request.layout = layout;
   return ipc::join(request);
+}
+
+// setup_nccl's agreement rounds: every rank casts "1<payload>" (yes) or "0<why>" (no), cut to what
+// Group::exchange carries.
+std::string ballot(bool yes, const std::string& text) {
+  std::string b = (yes ? "1" : "0") + text;
+  b.resize(std::min(b.size(), Group::kMaxExchangeBytes));
+  return b;
+}
+
+// The lowest rank that voted no, with its reason; nullopt when every rank said yes.
+std::optional<std::pair<size_t, std::string>> first_no(const std::vector<std::string>& ballots) {
+  for (size_t r = 0; r < ballots.size(); ++r) {
+    const std::string& b = ballots[r];
+    if (b.empty() || b[0] != '1') return std::make_pair(r, b.empty() ? std::string("?") : b.substr(1));
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -321,22 +340,18 @@ Status Communicator::setup_nccl(double timeout_seconds) {
   std::string why;
   const nccl::Api* api = nccl::api(&why);
   // Round 1: who can load NCCL; rank 0 also hands out the id ("1" + NCCL_UNIQUE_ID_BYTES).
-  std::string mine = api != nullptr ? "1" : "0" + why;
+  std::string mine = ballot(api != nullptr, api != nullptr ? "" : why);
   ncclUniqueId id{};
   if (rank_ == 0 && api != nullptr) {
     const Status got = nccl::status(*api, api->get_unique_id(&id), "ncclGetUniqueId");
-    mine = got.is_ok() ? "1" + std::string(id.internal, sizeof(id.internal)) : "0" + got.message();
+    mine = ballot(got.is_ok(), got.is_ok() ? std::string(id.internal, sizeof(id.internal))
+                                           : got.message());
   }
-  mine.resize(std::min(mine.size(), Group::kMaxExchangeBytes));
   Result<std::vector<std::string>> loaded = group_->exchange(rank_, mine, timeout_seconds);
   if (!loaded.is_ok()) return loaded.status();
-  for (size_t r = 0; r < loaded.value().size(); ++r) {
-    const std::string& said = loaded.value()[r];
-    if (said.empty() || said[0] != '1') {
-      nccl_why_ = "rank " + std::to_string(r) + " cannot use NCCL: " +
-                  (said.empty() ? std::string("?") : said.substr(1));
-      return Status::ok();
-    }
+  if (const auto no = first_no(loaded.value())) {
+    nccl_why_ = "rank " + std::to_string(no->first) + " cannot use NCCL: " + no->second;
+    return Status::ok();
   }
   if (loaded.value()[0].size() != 1 + sizeof(id.internal)) return internal_error("bad NCCL id");
   std::memcpy(id.internal, loaded.value()[0].data() + 1, sizeof(id.internal));
@@ -347,18 +362,14 @@ Status Communicator::setup_nccl(double timeout_seconds) {
     created = scoped.enter(device_);
     if (created.is_ok()) created = nccl_.init(*api, id, rank_, facts_.world, timeout_seconds);
   }
-  std::string outcome = created.is_ok() ? "1" : "0" + created.message();
-  outcome.resize(std::min(outcome.size(), Group::kMaxExchangeBytes));
-  Result<std::vector<std::string>> made = group_->exchange(rank_, outcome, timeout_seconds);
+  Result<std::vector<std::string>> made = group_->exchange(
+      rank_, ballot(created.is_ok(), created.is_ok() ? "" : created.message()), timeout_seconds);
   if (!made.is_ok()) return made.status();
-  for (size_t r = 0; r < made.value().size(); ++r) {
-    const std::string& said = made.value()[r];
-    if (said.empty() || said[0] != '1') {
-      (void)nccl_.close(/*abort=*/true);
-      nccl_why_ = "NCCL communicator creation failed on rank " + std::to_string(r) + ": " +
-                  (said.empty() ? std::string("?") : said.substr(1));
-      return Status::ok();
-    }
+  if (const auto no = first_no(made.value())) {
+    (void)nccl_.close(/*abort=*/true);
+    nccl_why_ = "NCCL communicator creation failed on rank " + std::to_string(no->first) + ": " +
+                no->second;
+    return Status::ok();
   }
   facts_.nccl = true;
   return Status::ok();

@@ -257,16 +257,21 @@ void call_into_a_dead_peer(RankContext& ctx, arfComm_t comm, uint64_t seed) {
   cudaStreamDestroy(stream);
 }
 
+// The failure scenarios' communicator: bf16, device waits bounded by kShortDeviceTimeoutSeconds.
+arfComm_t init_short_timeout_comm(RankContext& ctx) {
+  if (!init_device(ctx)) return nullptr;
+  arfCommConfig_t config = ipc_config(ctx, arfBFloat16);
+  config.timeout_seconds = kShortDeviceTimeoutSeconds;
+  return init_comm(ctx, config);
+}
+
 TEST(IpcFailure, PeerThatExitsAfterInitTimesOutTheCall) {
   const uint64_t seed = test_seed();
   const auto results = run_processes(
       test_name(), one_group(2),
       [&](RankContext& ctx) {
-        if (!init_device(ctx)) return;
-        arfCommConfig_t config = ipc_config(ctx, arfBFloat16);
-        config.timeout_seconds = kShortDeviceTimeoutSeconds;
         // Creation succeeds on every rank or on none (arfusion.h), however soon rank 1 leaves.
-        const arfComm_t comm = init_comm(ctx, config);
+        const arfComm_t comm = init_short_timeout_comm(ctx);
         if (comm == nullptr) return;
         if (ctx.rank() == 1) {
           ctx.note("leaving without a call or arfCommDestroy");
@@ -297,10 +302,7 @@ TEST(IpcFailure, MismatchedCallIsRefusedBeforeLaunch) {
   const auto results = run_processes(
       test_name(), one_group(2),
       [&](RankContext& ctx) {
-        if (!init_device(ctx)) return;
-        arfCommConfig_t config = ipc_config(ctx, arfBFloat16);
-        config.timeout_seconds = kShortDeviceTimeoutSeconds;
-        const arfComm_t comm = init_comm(ctx, config);
+        const arfComm_t comm = init_short_timeout_comm(ctx);
         if (comm == nullptr) return;
         if (ctx.rank() == 0) {
           call_into_a_dead_peer(ctx, comm, seed);
