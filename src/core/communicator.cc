@@ -444,8 +444,15 @@ Status Communicator::launch_nccl(const Plan& plan, Pattern pattern, const Kernel
                                              : params.scratch;
   ScopedDevice scoped;
   ARF_RETURN_IF_ERROR(scoped.enter(device_));
-  ARF_RETURN_IF_ERROR(nccl_.all_reduce(params.input, sum, static_cast<size_t>(params.num_elems),
-                                       facts_.dtype, stream));
+  if (Status reduced = nccl_.all_reduce(params.input, sum, static_cast<size_t>(params.num_elems),
+                                        facts_.dtype, stream);
+      !reduced.is_ok()) {
+    // NCCL refused or did not settle the collective: peers may be inside it, so later calls
+    // would pair with the wrong ones. The communicator is failed, like after a kernel timeout.
+    failed_ = true;
+    failure_ = reduced;
+    return reduced;
+  }
   if (pattern != Pattern::kAllReduce) {
     KernelParams epilogue = params;
     epilogue.input = sum;

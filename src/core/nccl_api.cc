@@ -85,37 +85,45 @@ ncclDataType_t dtype_of(DType dtype) {
   return dtype == DType::kFp16 ? ncclFloat16 : ncclBfloat16;
 }
 
+Status settle(const Api& api, ncclComm_t comm, ncclResult_t started, const std::string& what,
+              double timeout_seconds) {
+  if (started != ncclInProgress) return status(api, started, what);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(timeout_seconds);
+  ncclResult_t state = started;
+  for (int polls = 0;; ++polls) {
+    const ncclResult_t polled = api.comm_get_async_error(comm, &state);
+    if (polled != ncclSuccess) state = polled;
+    if (state != ncclInProgress) return status(api, state, what);
+    if (std::chrono::steady_clock::now() > deadline) {
+      return Status(arfTimeout, what + ": not complete after " + std::to_string(timeout_seconds) +
+                                    " s (a peer did not join)");
+    }
+    // A collective settles in microseconds: spin briefly before sleeping (creation takes longer).
+    if (polls < 200) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(polls < 2000 ? 20 : 1000));
+    }
+  }
+}
+
 Comm::~Comm() { (void)close(/*abort=*/true); }
 
 Status Comm::init(const Api& api, const ncclUniqueId& id, int rank, int world,
                   double timeout_seconds) {
   api_ = &api;
+  timeout_seconds_ = timeout_seconds;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // returns at once; completion is polled below against our deadline
+  config.blocking = 0;  // returns at once; completion is polled against our deadline
   ncclComm_t comm = nullptr;
   const ncclResult_t started = api.comm_init_rank_config(&comm, world, id, rank, &config);
-  if (started != ncclSuccess && started != ncclInProgress) {
+  const Status made = settle(api, comm, started,
+                             "NCCL communicator creation (rank " + std::to_string(rank) + ")",
+                             timeout_seconds);
+  if (!made.is_ok()) {
     if (comm != nullptr) (void)api.comm_abort(comm);
-    return status(api, started, "ncclCommInitRankConfig(rank " + std::to_string(rank) + ")");
-  }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(timeout_seconds);
-  for (;;) {
-    ncclResult_t state = ncclInProgress;
-    const ncclResult_t polled = api.comm_get_async_error(comm, &state);
-    if (polled != ncclSuccess) state = polled;
-    if (state == ncclSuccess) break;
-    if (state != ncclInProgress) {
-      (void)api.comm_abort(comm);
-      return status(api, state, "NCCL communicator creation (rank " + std::to_string(rank) + ")");
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      (void)api.comm_abort(comm);
-      return Status(arfTimeout, "NCCL communicator creation: rank " + std::to_string(rank) +
-                                    " gave up after " + std::to_string(timeout_seconds) +
-                                    " s (a peer did not join)");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return made;
   }
   comm_ = comm;
   return Status::ok();
@@ -124,16 +132,23 @@ Status Comm::init(const Api& api, const ncclUniqueId& id, int rank, int world,
 Status Comm::all_reduce(const void* in, void* out, size_t count, DType dtype,
                         cudaStream_t stream) const {
   if (comm_ == nullptr) return internal_error("NCCL communicator not initialised");
-  return status(*api_, api_->all_reduce(in, out, count, dtype_of(dtype), ncclSum, comm_, stream),
-                "ncclAllReduce");
+  // Non-blocking communicator: the call usually answers ncclInProgress (NCCL enqueues from its
+  // own thread); the work is on `stream` and the communicator ready for the next call only once
+  // it has settled.
+  return settle(*api_, comm_,
+                api_->all_reduce(in, out, count, dtype_of(dtype), ncclSum, comm_, stream),
+                "ncclAllReduce", timeout_seconds_);
 }
 
 Status Comm::close(bool abort) {
   if (comm_ == nullptr) return Status::ok();
   ncclComm_t comm = comm_;
   comm_ = nullptr;
-  return status(*api_, abort ? api_->comm_abort(comm) : api_->comm_destroy(comm),
-                abort ? "ncclCommAbort" : "ncclCommDestroy");
+  // Both release the communicator before returning; on a non-blocking one they may still answer
+  // ncclInProgress, which is not a failure (the handle must not be polled after this).
+  const ncclResult_t result = abort ? api_->comm_abort(comm) : api_->comm_destroy(comm);
+  if (result == ncclInProgress) return Status::ok();
+  return status(*api_, result, abort ? "ncclCommAbort" : "ncclCommDestroy");
 }
 
 Result<NcclPlacement> placement_from_nccl(const Api& api, ncclComm_t comm, cudaStream_t stream,
@@ -152,8 +167,8 @@ Result<NcclPlacement> placement_from_nccl(const Api& api, ncclComm_t comm, cudaS
   Status s = cuda_status(cudaMemcpyAsync(buffer, &p.id, sizeof(p.id), cudaMemcpyHostToDevice, stream),
                          "id -> device", __FILE__, __LINE__);
   if (s.is_ok()) {
-    s = status(api, api.broadcast(buffer, buffer, sizeof(p.id), ncclUint8, 0, comm, stream),
-               "ncclBroadcast(rendezvous id)");
+    s = settle(api, comm, api.broadcast(buffer, buffer, sizeof(p.id), ncclUint8, 0, comm, stream),
+               "ncclBroadcast(rendezvous id)", timeout_seconds);
   }
   // Polled, not synchronized (nor a copy to pageable memory, which would block the same way): a
   // rank that never joins the broadcast costs the bound, not a hang.

@@ -41,6 +41,13 @@ const Api* api(std::string* why);
 // NCCL result -> Status (arfNcclError naming `what` and NCCL's text).
 Status status(const Api& api, ncclResult_t result, const std::string& what);
 
+// The outcome of an NCCL call that returned `started`. A non-blocking communicator (the config
+// Comm::init uses; a caller's may be one too) answers most calls with ncclInProgress while NCCL
+// finishes them on its own thread, and takes its next call only once ncclCommGetAsyncError says
+// they are done: polled here against timeout_seconds (Timeout naming `what`), never a hang.
+Status settle(const Api& api, ncclComm_t comm, ncclResult_t started, const std::string& what,
+              double timeout_seconds);
+
 // ncclBfloat16 / ncclFloat16 for an activation dtype.
 ncclDataType_t dtype_of(DType dtype);
 
@@ -59,7 +66,8 @@ class Comm {
   Status init(const Api& api, const ncclUniqueId& id, int rank, int world, double timeout_seconds);
   bool ready() const { return comm_ != nullptr; }
   ncclComm_t get() const { return comm_; }
-  // Stream-ordered all-reduce (sum) of `count` elements; enqueued, not waited for.
+  // Stream-ordered all-reduce (sum) of `count` elements; enqueued (settled, see settle()), not
+  // waited for on the stream.
   Status all_reduce(const void* in, void* out, size_t count, DType dtype, cudaStream_t stream) const;
   // Destroys (after this rank's NCCL work completed: the communicator synchronizes first) or, on
   // `abort`, aborts. Idempotent.
@@ -68,6 +76,7 @@ class Comm {
  private:
   const Api* api_ = nullptr;
   ncclComm_t comm_ = nullptr;
+  double timeout_seconds_ = 0;  // init's bound, also for each call's settling
 };
 
 // Where a caller's NCCL communicator puts this process, and a rendezvous id every rank of it
