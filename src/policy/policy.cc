@@ -126,12 +126,22 @@ Result<Plan> choose_auto(const CallShape& shape, const StaticFacts& facts) {
       lamport_ok ? format_bytes(bytes) + "/rank > " + format_bytes(limit) + " oneshot limit" + world_str
                  : "oneshot_lamport infeasible (" + lamport_why + ")";
   std::string pull_why;
+  const bool pull_ok = algorithm_feasible(Algorithm::kOneshotPull, shape, facts, &pull_why);
+  // World 2: two-shot's reduce-scatter and all-gather read as many bytes from the one peer as
+  // oneshot_pull's single read, and synchronize twice. Measured on 2x H200 over NV18 (bench/
+  // results/2026-11-29-run6-multi-gpu, hidden 8192): pull even at 1024 tokens, 3-5% faster at
+  // 2048-4096.
+  if (facts.world == 2 && pull_ok) {
+    plan.algorithm = Algorithm::kOneshotPull;
+    plan.reason = "auto: " + why_not_oneshot + " -> oneshot_pull (world 2: two-shot reads as much)";
+    return plan;
+  }
   if (twoshot_ok) {
     plan.algorithm = Algorithm::kTwoshot;
     plan.reason = "auto: " + why_not_oneshot + " -> twoshot";
     return plan;
   }
-  if (algorithm_feasible(Algorithm::kOneshotPull, shape, facts, &pull_why)) {
+  if (pull_ok) {
     plan.algorithm = Algorithm::kOneshotPull;
     plan.reason = "auto: " + why_not_oneshot + ", twoshot infeasible (" + twoshot_why +
                   ") -> oneshot_pull";
