@@ -151,25 +151,41 @@ std::string describe(const CallSpec& spec, DType dt, int rank, const CheckData& 
 
 // `nccl` (NCCL's summation order): the sum within ref::nccl_sum_within_tolerance instead of
 // bitwise, and want_norm is our epilogue of rank 0's residual_out (set by check_call).
+// Under arfusion-run rank 0's outputs live in another process: ranks are compared with it through
+// output_hash (check_call), and here each rank only with itself.
 int64_t count_wrong(const CallSpec& spec, DType dt, int rank, const CheckData& d,
                     const ref::FusedInputs& all_rows, std::string* detail) {
   const std::vector<uint16_t>& got = d.got[rank];
+  const std::vector<uint16_t>& got0 = d.got[0].empty() ? got : d.got[0];
   const bool nccl = spec.algorithm == arfAlgoNccl;
   int64_t wrong = 0;
   for (int64_t i = 0; i < spec.elems(); ++i) {
     const bool sum_ok =
         nccl ? ref::nccl_sum_within_tolerance(all_rows, i, got[i]) : got[i] == d.want[i];
-    wrong += !sum_ok || (got[i] != d.got[0][i]);
+    wrong += !sum_ok || (got[i] != got0[i]);
   }
   if (is_fused(spec)) {
     const std::vector<uint16_t>& norm = d.got_norm[rank];
+    const std::vector<uint16_t>& norm0 = d.got_norm[0].empty() ? norm : d.got_norm[0];
     for (int64_t i = 0; i < spec.elems(); ++i) {
-      wrong +=
-          !ref::norm_within_tolerance(norm[i], d.want_norm[i], dt) || norm[i] != d.got_norm[0][i];
+      wrong += !ref::norm_within_tolerance(norm[i], d.want_norm[i], dt) || norm[i] != norm0[i];
     }
   }
   if (wrong > 0) *detail = describe(spec, dt, rank, d);
   return wrong;
+}
+
+// FNV-1a over a rank's outputs: equal hashes on every rank stand for bitwise-equal outputs when
+// the ranks are processes (a 64-bit collision between two wrong outputs is not a practical risk).
+std::string output_hash(const CheckData& d, int rank) {
+  uint64_t h = 1469598103934665603ull;
+  for (const std::vector<uint16_t>* v : {&d.got[rank], &d.got_norm[rank]}) {
+    for (uint16_t x : *v) {
+      h = (h ^ (x & 0xFF)) * 1099511628211ull;
+      h = (h ^ (x >> 8)) * 1099511628211ull;
+    }
+  }
+  return std::to_string(h);
 }
 
 }  // namespace
@@ -186,7 +202,12 @@ CheckResult check_call(BenchContext& ctx, const CallSpec& spec, uint64_t call) {
   }
   std::vector<std::string> errors(world);
   ctx.pool->run([&](int rank) {
-    fill_host(ctx, spec, call, rank, d);
+    if (ctx.pool->multi_process()) {
+      // Every process needs every rank's input for the reference (the seeds make them equal).
+      for (int r = 0; r < world; ++r) fill_host(ctx, spec, call, r, d);
+    } else {
+      fill_host(ctx, spec, call, rank, d);
+    }
     std::string why;
     if (ctx.pool->agree(rank, true)) why = stage(ctx, spec, rank, d);  // residual slices complete
     if (ctx.pool->agree(rank, why.empty())) why = run_one_call(ctx, spec, rank);
@@ -195,7 +216,12 @@ CheckResult check_call(BenchContext& ctx, const CallSpec& spec, uint64_t call) {
     if (ctx.pool->agree(rank, why.empty())) why = download_outputs(ctx, spec, rank, d);
     errors[rank] = why;
   });
+  ctx.pool->share(&errors);
   CheckResult result;
+  if (!ctx.pool->channel_error().empty()) {
+    result.error = "check: host channel: " + ctx.pool->channel_error();
+    return result;
+  }
   for (int r = 0; r < world; ++r) {
     if (!errors[r].empty()) {
       result.error = "check: rank " + std::to_string(r) + ": " + errors[r];
@@ -205,14 +231,28 @@ CheckResult check_call(BenchContext& ctx, const CallSpec& spec, uint64_t call) {
   compute_reference(ctx, spec, d);
   const ref::FusedInputs all_rows = reference_inputs(ctx, spec, d, 0, spec.tokens);
   if (spec.algorithm == arfAlgoNccl && is_fused(spec)) {
-    d.want_norm = ref::norm_exact_of(all_rows, d.got[0].data());
+    d.want_norm = ref::norm_exact_of(all_rows, d.got[ctx.local_rank()].data());
   }
   std::vector<int64_t> wrong(world);
   std::vector<std::string> details(world);
+  std::vector<std::string> hashes(world);
   const DType dt = ref_dtype(ctx.args->dtype);
   ctx.pool->run([&](int rank) {
     wrong[rank] = count_wrong(spec, dt, rank, d, all_rows, &details[rank]);
+    if (ctx.pool->multi_process()) hashes[rank] = output_hash(d, rank);
   });
+  ctx.pool->share(&wrong);
+  ctx.pool->share(&details);
+  ctx.pool->share(&hashes);
+  if (!ctx.pool->channel_error().empty()) {
+    result.error = "check: host channel: " + ctx.pool->channel_error();
+    return result;
+  }
+  for (int r = 1; r < world && ctx.pool->multi_process(); ++r) {
+    if (hashes[r] == hashes[0]) continue;
+    ++wrong[r];  // at least one element differs; which one is not known across processes
+    if (details[r].empty()) details[r] = "rank " + std::to_string(r) + ": outputs differ from rank 0's";
+  }
   result.wrong = std::accumulate(wrong.begin(), wrong.end(), int64_t{0});
   for (const std::string& s : details) {
     if (result.detail.empty()) result.detail = s;

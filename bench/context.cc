@@ -63,9 +63,14 @@ std::string comm_health(const BenchContext& ctx, int rank) {
 }
 
 std::string first_failed_comm(const BenchContext& ctx) {
+  std::vector<std::string> why(ctx.world());
   for (int r = 0; r < ctx.world(); ++r) {
-    std::string why = comm_health(ctx, r);
-    if (!why.empty()) return "rank " + std::to_string(r) + ": " + why;
+    if (ctx.pool->local(r)) why[r] = comm_health(ctx, r);
+  }
+  ctx.pool->share(&why);  // process mode: every process stops the sweep at the same row
+  if (!ctx.pool->channel_error().empty()) return "host channel: " + ctx.pool->channel_error();
+  for (int r = 0; r < ctx.world(); ++r) {
+    if (!why[r].empty()) return "rank " + std::to_string(r) + ": " + why[r];
   }
   return "";
 }

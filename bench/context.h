@@ -23,6 +23,9 @@ struct BenchContext {
   std::vector<RankBuffers> buffers;   // buffers[rank]
 
   int world() const { return static_cast<int>(comms.size()); }
+  // A rank this process drives (0 in one process; its own rank under arfusion-run): the one whose
+  // communicator plans and whose buffers describe the run.
+  int local_rank() const { return pool->first_local(); }
 };
 
 // One collective call as every rank issues it; the rank's buffers supply the pointers.

@@ -5,7 +5,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
+
+#include "process_group.h"
 
 namespace arf::bench {
 namespace {
@@ -62,6 +65,67 @@ std::string resolve_layout(const BenchArgs& args, RankLayout* layout) {
     std::string why = query_device(dev, &layout->info[r]);
     if (!why.empty()) return why;
     layout->max_ranks_per_device = std::max(layout->max_ranks_per_device, ++ranks_on[dev]);
+  }
+  layout->virtual_ranks = layout->max_ranks_per_device > 1;
+  return "";
+}
+
+namespace {
+
+// One rank's device as it travels between the processes (trivially copyable bytes).
+struct WireDevice {
+  char uuid[16];
+  char name[96];
+  int32_t ordinal;
+  int32_t sm_count;
+  int32_t l2_bytes;
+  int32_t ok;
+};
+
+}  // namespace
+
+std::string resolve_process_layout(const BenchArgs& args, ProcessGroup& group, RankLayout* layout) {
+  WireDevice mine{};
+  std::string why;
+  if (!args.devices.empty() || args.num_ranks != 0) {
+    why = "under arfusion-run the launcher places the ranks: drop --nranks/--devices";
+  } else if (args.op == Op::kEpilogue) {
+    why = "--op epilogue measures one rank: run it without arfusion-run";
+  } else {
+    DeviceInfo info;
+    why = query_device(group.device(), &info);
+    cudaDeviceProp prop{};
+    if (why.empty() && cudaGetDeviceProperties(&prop, group.device()) == cudaSuccess) {
+      std::memcpy(mine.uuid, prop.uuid.bytes, sizeof(mine.uuid));
+      std::strncpy(mine.name, info.name.c_str(), sizeof(mine.name) - 1);
+      mine.ordinal = info.ordinal;
+      mine.sm_count = info.sm_count;
+      mine.l2_bytes = info.l2_bytes;
+      mine.ok = 1;
+    }
+  }
+  const std::vector<std::string> all = group.all_gather(
+      why.empty() ? "+" + std::string(reinterpret_cast<const char*>(&mine), sizeof(mine))
+                  : "!" + why);
+  if (!group.error().empty()) return group.error();
+  const int world = group.world();
+  layout->devices.assign(world, 0);
+  layout->info.assign(world, DeviceInfo{});
+  std::vector<std::string> uuids;  // physical GPUs in first-seen order
+  std::map<int, int> ranks_on;
+  for (int r = 0; r < world; ++r) {
+    if (all[r].size() != 1 + sizeof(WireDevice) || all[r][0] != '+') {
+      return "rank " + std::to_string(r) + ": " + (all[r].empty() ? "no device" : all[r].substr(1));
+    }
+    WireDevice d;
+    std::memcpy(&d, all[r].data() + 1, sizeof(d));
+    const std::string uuid(d.uuid, sizeof(d.uuid));
+    const auto at = std::find(uuids.begin(), uuids.end(), uuid);
+    layout->devices[r] = static_cast<int>(at - uuids.begin());
+    if (at == uuids.end()) uuids.push_back(uuid);
+    layout->info[r] = DeviceInfo{d.ordinal, d.name, d.sm_count, d.l2_bytes};
+    layout->max_ranks_per_device =
+        std::max(layout->max_ranks_per_device, ++ranks_on[layout->devices[r]]);
   }
   layout->virtual_ranks = layout->max_ranks_per_device > 1;
   return "";

@@ -8,6 +8,8 @@
 
 namespace arf::bench {
 
+class ProcessGroup;
+
 struct DeviceInfo {
   int ordinal = 0;
   std::string name;
@@ -26,5 +28,12 @@ struct RankLayout {
 // op's world-size rule is broken (epilogue is world 1). Defaults: --op epilogue -> device 0 only;
 // otherwise all visible GPUs, or 8 virtual ranks on device 0 when only one is visible.
 std::string resolve_layout(const BenchArgs& args, RankLayout* layout);
+
+// Process mode (arfusion-bench under arfusion-run): this process's rank runs on group.device();
+// every process learns every rank's device through the group. devices[r] is then a job-wide index
+// of the physical GPU (by UUID: processes may see different CUDA_VISIBLE_DEVICES orders), info[r]
+// the device as rank r sees it. --nranks/--devices are refused (the launcher places the ranks), as
+// is --op epilogue (one rank). Collective over the group.
+std::string resolve_process_layout(const BenchArgs& args, ProcessGroup& group, RankLayout* layout);
 
 }  // namespace arf::bench

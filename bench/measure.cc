@@ -8,8 +8,9 @@ namespace arf::bench {
 Cell planned_cell(BenchContext& ctx, const CallSpec& spec, const char* column, arfPlan_t* plan) {
   Cell cell;
   cell.column = column;
-  const arfFusedArgs_t args = make_fused_args(spec, ctx.buffers[0], 0);
-  const arfStatus_t st = arfPlan(ctx.comms[0], &args, plan);
+  // Plans are identical on every rank (the library's contract), so one local rank's speaks for all.
+  const arfFusedArgs_t args = make_fused_args(spec, ctx.buffers[ctx.local_rank()], 0);
+  const arfStatus_t st = arfPlan(ctx.comms[ctx.local_rank()], &args, plan);
   if (st != arfSuccess) {
     cell.unsupported = st == arfUnsupported;
     cell.error = std::string(arfGetStatusString(st)) + ": " + arfGetLastErrorString();

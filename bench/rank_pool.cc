@@ -5,17 +5,30 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
+
+#include "process_group.h"
 
 namespace arf::bench {
 
 RankPool::RankPool(const std::vector<int>& devices)
-    : votes_(devices.size(), 1),
+    : world_(static_cast<int>(devices.size())),
+      votes_(devices.size(), 1),
       barrier_(static_cast<std::ptrdiff_t>(devices.size()), Completion{this}) {
   threads_.reserve(devices.size());
   for (size_t r = 0; r < devices.size(); ++r) {
     threads_.emplace_back(&RankPool::thread_main, this, static_cast<int>(r), devices[r]);
   }
+}
+
+RankPool::RankPool(ProcessGroup* group)
+    : group_(group),
+      world_(group->world()),
+      first_local_(group->rank()),
+      votes_(1, 1),
+      barrier_(1, Completion{this}) {
+  threads_.emplace_back(&RankPool::thread_main, this, group->rank(), group->device());
 }
 
 RankPool::~RankPool() {
@@ -30,7 +43,7 @@ RankPool::~RankPool() {
 void RankPool::run(const std::function<void(int)>& fn) {
   std::unique_lock<std::mutex> lock(mutex_);
   task_ = &fn;
-  pending_ = world();
+  pending_ = static_cast<int>(threads_.size());
   ++generation_;
   wake_.notify_all();
   done_.wait(lock, [&] { return pending_ == 0; });
@@ -38,6 +51,7 @@ void RankPool::run(const std::function<void(int)>& fn) {
 }
 
 bool RankPool::agree(int rank, bool ok) {
+  if (group_ != nullptr) return group_->vote(ok);
   votes_[rank] = ok ? 1 : 0;
   barrier_.arrive_and_wait();
   // all_ok_ is stable until every rank arrives at the next barrier, which cannot happen before
@@ -46,6 +60,12 @@ bool RankPool::agree(int rank, bool ok) {
 }
 
 void RankPool::spin_sync() {
+  if (group_ != nullptr) {
+    // A socket round trip through rank 0: the processes leave it tens of microseconds apart (as
+    // nccl-tests' MPI barrier does); the first kernels absorb that skew by waiting for peers.
+    group_->barrier();
+    return;
+  }
   // The generation is read before arriving, and cannot advance before this thread arrives.
   const unsigned generation = spin_generation_.load(std::memory_order_acquire);
   if (spin_arrivals_.fetch_add(1, std::memory_order_acq_rel) + 1 == world()) {
@@ -59,6 +79,40 @@ void RankPool::spin_sync() {
     if (spins > kSpinsBeforeYield) std::this_thread::yield();
   }
 }
+
+void RankPool::share(std::vector<std::string>* per_rank) {
+  if (group_ == nullptr) return;
+  const std::vector<std::string> all = group_->all_gather((*per_rank)[first_local_]);
+  if (!group_->error().empty()) return;
+  *per_rank = all;
+}
+
+namespace {
+
+template <typename T>
+void share_values(RankPool* pool, std::vector<T>* per_rank) {
+  std::vector<std::string> bytes(per_rank->size());
+  std::string& mine = bytes[pool->first_local()];
+  mine.resize(sizeof(T));
+  std::memcpy(mine.data(), &(*per_rank)[pool->first_local()], sizeof(T));
+  pool->share(&bytes);
+  if (!pool->channel_error().empty()) return;
+  for (size_t r = 0; r < bytes.size(); ++r) {
+    if (bytes[r].size() == sizeof(T)) std::memcpy(&(*per_rank)[r], bytes[r].data(), sizeof(T));
+  }
+}
+
+}  // namespace
+
+void RankPool::share(std::vector<double>* per_rank) {
+  if (group_ != nullptr) share_values(this, per_rank);
+}
+
+void RankPool::share(std::vector<int64_t>* per_rank) {
+  if (group_ != nullptr) share_values(this, per_rank);
+}
+
+std::string RankPool::channel_error() const { return group_ != nullptr ? group_->error() : ""; }
 
 void RankPool::Completion::operator()() noexcept {
   bool ok = true;

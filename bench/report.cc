@@ -78,6 +78,7 @@ Report::Report(const BenchArgs& args, const RunHeader& header, std::vector<std::
     : args_(args), header_(header), columns_(std::move(columns)) {}
 
 void Report::print_header() const {
+  if (quiet_) return;
   std::printf("# arfusion-bench: arfusion %s%s%s, %s\n", header_.version.c_str(),
               header_.git_commit.empty() ? "" : " commit ", header_.git_commit.c_str(),
               header_.date.c_str());
@@ -96,6 +97,14 @@ void Report::print_header() const {
   for (size_t r = 0; r < header_.layout.info.size(); ++r) {
     const DeviceInfo& d = header_.layout.info[r];
     std::printf("#  Rank %2zu device %2d [%s] %d SMs\n", r, d.ordinal, d.name.c_str(), d.sm_count);
+  }
+  if (header_.processes) {
+    std::printf("# transport ipc: one process per rank (arfusion-run); barriers and results travel "
+                "over a Unix socket, rank 0 reports\n");
+    if (header_.layout.virtual_ranks) {
+      std::printf("# NOTE: processes sharing a GPU time-slice it: the checks hold, the times do "
+                  "not measure the collective\n");
+    }
   }
   const std::string note = virtual_note(header_.layout);
   if (!note.empty()) std::printf("# %s\n", note.c_str());
@@ -253,6 +262,7 @@ void Report::print_quant_row(const Row& row) const {
 
 void Report::add_row(Row row) {
   rows_.push_back(std::move(row));
+  if (quiet_) return;
   switch (args_.op) {
     case Op::kAllReduce:
       print_allreduce_row(rows_.back());
@@ -271,6 +281,7 @@ void Report::add_row(Row row) {
 }
 
 void Report::print_footer() const {
+  if (quiet_) return;
   if (args_.op == Op::kAllReduce) {
     const double factor = busbw_factor(static_cast<int>(header_.layout.devices.size()));
     for (size_t i = 0; i < columns_.size(); ++i) {

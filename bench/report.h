@@ -28,6 +28,8 @@ class Report {
   // columns: the measured columns in the order the runner fills each row's cells.
   Report(const BenchArgs& args, const RunHeader& header, std::vector<std::string> columns);
 
+  // Ranks other than 0 of a multi-process run keep rows (for their exit status) but print nothing.
+  void set_quiet(bool quiet) { quiet_ = quiet; }
   void print_header() const;
   void add_row(Row row);  // prints the row and keeps it for the footer and the JSON
   // Why the sweep ended early ("" when it ran to the end); printed in the footer and the JSON.
@@ -58,6 +60,7 @@ class Report {
   std::vector<std::string> columns_;
   std::vector<Row> rows_;
   std::string stopped_;
+  bool quiet_ = false;
 };
 
 }  // namespace arf::bench

@@ -35,6 +35,7 @@ json header_json(const BenchArgs& a, const RunHeader& h, const std::vector<std::
             {"world", h.layout.devices.size()},
             {"virtual_ranks", h.layout.virtual_ranks},
             {"max_ranks_per_device", h.layout.max_ranks_per_device},
+            {"transport", h.processes ? "ipc (one process per rank)" : "local (rank threads)"},
             {"devices", devices},
             {"iters", a.iters},
             {"warmup_iters", a.warmup_iters},

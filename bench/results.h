@@ -61,6 +61,7 @@ struct RunHeader {
   int64_t copy_bytes = 0;  // size of that copy
   std::string nccl_label;  // "" when NCCL is not timed
   std::string nccl_note;   // why NCCL is skipped, or its version
+  bool processes = false;  // one process per rank (arfusion-run, transport ipc); else rank threads
 };
 
 // Bandwidths in GB/s (1e9 bytes per second) for `bytes` moved in `us` microseconds.

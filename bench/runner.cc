@@ -3,12 +3,14 @@
 #include "runner.h"
 
 #include <algorithm>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 
 #include "measure.h"
 #include "nccl_baseline.h"
+#include "process_group.h"
 #include "quant_measure.h"
 #include "report.h"
 #include "session.h"
@@ -18,6 +20,10 @@ namespace arf::bench {
 namespace {
 
 constexpr int64_t kCopyBytes = int64_t{1} << 30;  // large enough that L2 plays no part
+// Under arfusion-run: how long one host collective (barrier, vote, results) may wait for a peer
+// process. Generous: a peer may be computing a large CPU reference. A peer that exits is seen at
+// once, not after this.
+constexpr double kHostTimeoutSeconds = 300;
 
 std::vector<CallSpec> sweep_shapes(const BenchArgs& args) {
   std::vector<CallSpec> shapes;
@@ -102,6 +108,11 @@ void setup_nccl(const BenchArgs& args, const arfCommConfig_t& config, NcclBaseli
   // The quant op compares the fallback chain with itself; NCCL has no quantized epilogue.
   if (args.op == Op::kEpilogue || args.op == Op::kQuant || header->layout.devices.size() < 2)
     return;
+  if (header->processes) {
+    header->nccl_note = "NCCL column skipped: the baseline creates its communicators in one "
+                        "process (the `nccl` algorithm column, -a nccl, runs under arfusion-run)";
+    return;
+  }
   const arfPattern_t pattern =
       args.op == Op::kAllReduce ? arfPatternAllReduce : arfPatternResidualRmsNorm;
   std::string why = nccl->init(header->layout, pattern, config);
@@ -191,22 +202,36 @@ int run_bench(const BenchArgs& args) {
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // nccl algorithm: no NVLink multicast
   RunHeader header;
-  std::string why = resolve_layout(args, &header.layout);
+  std::string why;
+  // Declared before the session, so the host channel outlives the rank thread that uses it.
+  const std::unique_ptr<ProcessGroup> group = ProcessGroup::from_env(kHostTimeoutSeconds, &why);
+  if (why.empty() && group != nullptr && args.op == Op::kQuant) {
+    why = "--op quant does not run under arfusion-run yet (its check compares the ranks' outputs "
+          "in one process); run it with rank threads";
+  }
+  if (why.empty()) {
+    why = group != nullptr ? resolve_process_layout(args, *group, &header.layout)
+                           : resolve_layout(args, &header.layout);
+  }
   if (!why.empty()) {
-    std::fprintf(stderr, "arfusion-bench: error: %s\n", why.c_str());
+    std::fprintf(stderr, "arfusion-bench: error: %s%s\n",
+                 group != nullptr ? ("rank " + std::to_string(group->rank()) + ": ").c_str() : "",
+                 why.c_str());
     return 2;
   }
+  header.processes = group != nullptr;
+  const bool reporter = group == nullptr || group->rank() == 0;
   const std::vector<CallSpec> shapes = sweep_shapes(args);
   const arfCommConfig_t config = comm_config(args, shapes);
   Session session;
   why = session.open(args, header.layout, config, capacity_elems(shapes),
-                     args.op == Op::kQuant ? quant_scale_capacity(shapes) : 0);
+                     args.op == Op::kQuant ? quant_scale_capacity(shapes) : 0, group.get());
   if (!why.empty()) {
     std::fprintf(stderr, "arfusion-bench: error: %s\n", why.c_str());
     return 2;
   }
   BenchContext& ctx = session.context();
-  header.num_input_sets = ctx.buffers[0].num_sets();
+  header.num_input_sets = ctx.buffers[ctx.local_rank()].num_sets();
   NcclBaseline nccl;  // destroyed before the session: its communicators are independent of ours
   setup_nccl(args, config, &nccl, &header);
   if (measures_copy_bandwidth(args, header)) measure_copy_bandwidth(ctx, &header);
@@ -215,6 +240,7 @@ int run_bench(const BenchArgs& args) {
   std::vector<std::string> columns = column_names(args);
   if (!header.nccl_label.empty()) columns.push_back(header.nccl_label);
   Report report(args, header, columns);
+  report.set_quiet(!reporter);
   report.print_header();
   const TimingConfig cfg{args.iters, args.warmup_iters, args.graph_replays};
   uint64_t calls = 0;
@@ -226,14 +252,14 @@ int run_bench(const BenchArgs& args) {
   }
   report.set_stopped(stopped);
   report.print_footer();
-  if (!args.json_path.empty()) {
+  if (!args.json_path.empty() && reporter) {
     why = report.write_json(args.json_path);
     if (!why.empty()) {
       std::fprintf(stderr, "arfusion-bench: error: %s\n", why.c_str());
       return 1;
     }
   }
-  if (!args.tune_out.empty()) {
+  if (!args.tune_out.empty() && reporter) {
     // A sweep that stopped early or found wrong elements must not become a table.
     if (!stopped.empty()) {
       why = "the sweep stopped early: " + stopped;

@@ -1,4 +1,5 @@
-// Owns what a run holds on the devices: the communicators (arfCommInitAll), the rank threads, one
+// Owns what a run holds on the devices: the communicators (arfCommInitAll, or this process's rank
+// under arfusion-run), the rank threads, one
 // non-blocking stream per rank and the rank buffers. Teardown in the destructor, in reverse order.
 #pragma once
 
@@ -9,6 +10,8 @@
 
 namespace arf::bench {
 
+class ProcessGroup;
+
 class Session {
  public:
   Session() = default;
@@ -18,9 +21,11 @@ class Session {
 
   // Creates everything for `layout`; buffers hold capacity_elems elements each (--op quant: also
   // quant_out of capacity_elems bytes and scale_out of scale_bytes). Returns "" or why not. Call
-  // once, from the main thread.
+  // once, from the main thread. With a ProcessGroup (arfusion-run): this process's rank only, its
+  // communicator from the launcher's environment (arfCommConfigFromEnv: transport ipc) with
+  // config's capacity; the other ranks' entries of the context stay empty.
   std::string open(const BenchArgs& args, const RankLayout& layout, const arfCommConfig_t& config,
-                   int64_t capacity_elems, int64_t scale_bytes = 0);
+                   int64_t capacity_elems, int64_t scale_bytes = 0, ProcessGroup* group = nullptr);
 
   BenchContext& context() { return ctx_; }
 

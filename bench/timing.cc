@@ -116,6 +116,9 @@ Timing time_collective(RankPool& pool, const std::vector<cudaStream_t>& streams,
     rt.release();
     errors[rank] = why;
   });
+  pool.share(&t.rank_us);  // process mode: every rank's time and error in every process
+  pool.share(&errors);
+  if (!pool.channel_error().empty()) t.error = "host channel: " + pool.channel_error();
   for (int r = 0; r < pool.world(); ++r) {
     if (!errors[r].empty() && t.error.empty())
       t.error = "rank " + std::to_string(r) + ": " + errors[r];
