@@ -119,7 +119,7 @@ TEST_P(AutoBoundary, SharedDeviceTakesTwoshot) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Hopper, AutoBoundary,
-                         ::testing::Values(Boundary{2, 512}, Boundary{4, 64}, Boundary{8, 32}),
+                         ::testing::Values(Boundary{2, 512}, Boundary{4, 16}, Boundary{8, 32}),
                          [](const auto& info) { return "ws" + std::to_string(info.param.world); });
 
 TEST(Auto, LamportCapacityFallsBackToTwoshot) {
