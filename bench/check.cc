@@ -6,6 +6,7 @@
 #include <numeric>
 #include <thread>
 
+#include "output_hash.h"
 #include "reference/cpu_reference.h"
 
 namespace arf::bench {
@@ -175,17 +176,9 @@ int64_t count_wrong(const CallSpec& spec, DType dt, int rank, const CheckData& d
   return wrong;
 }
 
-// FNV-1a over a rank's outputs: equal hashes on every rank stand for bitwise-equal outputs when
-// the ranks are processes (a 64-bit collision between two wrong outputs is not a practical risk).
+// A rank's outputs as one hash, for the comparison with rank 0 across processes (output_hash.h).
 std::string output_hash(const CheckData& d, int rank) {
-  uint64_t h = 1469598103934665603ull;
-  for (const std::vector<uint16_t>* v : {&d.got[rank], &d.got_norm[rank]}) {
-    for (uint16_t x : *v) {
-      h = (h ^ (x & 0xFF)) * 1099511628211ull;
-      h = (h ^ (x >> 8)) * 1099511628211ull;
-    }
-  }
-  return std::to_string(h);
+  return std::to_string(hash_output(d.got_norm[rank], hash_output(d.got[rank])));
 }
 
 }  // namespace
@@ -251,7 +244,9 @@ CheckResult check_call(BenchContext& ctx, const CallSpec& spec, uint64_t call) {
   for (int r = 1; r < world && ctx.pool->multi_process(); ++r) {
     if (hashes[r] == hashes[0]) continue;
     ++wrong[r];  // at least one element differs; which one is not known across processes
-    if (details[r].empty()) details[r] = "rank " + std::to_string(r) + ": outputs differ from rank 0's";
+    if (details[r].empty()) {
+      details[r] = "rank " + std::to_string(r) + ": outputs differ from rank 0's";
+    }
   }
   result.wrong = std::accumulate(wrong.begin(), wrong.end(), int64_t{0});
   for (const std::string& s : details) {

@@ -24,8 +24,8 @@ std::unique_ptr<ProcessGroup> ProcessGroup::from_env(double timeout_seconds, std
   }
   ipc::UniqueId derived = id.value();
   derived.bytes[0] ^= 0xB5;  // any fixed change: a key of its own, the same on every rank
-  Result<ipc::Bootstrap> joined =
-      ipc::Bootstrap::connect(derived, place.value().rank, place.value().world_size, timeout_seconds);
+  Result<ipc::Bootstrap> joined = ipc::Bootstrap::connect(
+      derived, place.value().rank, place.value().world_size, timeout_seconds);
   if (!joined.is_ok()) {
     *why = "the bench's host group: " + joined.status().message();
     return nullptr;

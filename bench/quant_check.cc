@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "output_hash.h"
 #include "reference/cpu_reference.h"
 #include "reference/quant_reference.h"
 
@@ -50,11 +51,15 @@ int64_t count_diff(const V& got, const V& want, const char* what, std::string* f
 std::string stage(const BenchContext& ctx, const CallSpec& spec, uint64_t call, int rank,
                   State& st) {
   const DType dt = ref_dtype(ctx.args->dtype);
-  const int64_t row0 = slice_begin(spec.tokens, rank, ctx.world());
-  const int64_t row1 = slice_begin(spec.tokens, rank + 1, ctx.world());
-  if (row1 > row0) {
-    ref::fill_random(st.residual.data() + row0 * spec.row_elems, (row1 - row0) * spec.row_elems, dt,
-                     replicated_seed(call, 16 + rank));
+  // Under arfusion-run this process is the only filler: it fills every rank's slice.
+  const bool all_slices = ctx.pool->multi_process();
+  for (int part = all_slices ? 0 : rank; part < (all_slices ? ctx.world() : rank + 1); ++part) {
+    const int64_t row0 = slice_begin(spec.tokens, part, ctx.world());
+    const int64_t row1 = slice_begin(spec.tokens, part + 1, ctx.world());
+    if (row1 > row0) {
+      ref::fill_random(st.residual.data() + row0 * spec.row_elems, (row1 - row0) * spec.row_elems,
+                       dt, replicated_seed(call, 16 + part));
+    }
   }
   std::vector<uint16_t> input(spec.elems());
   ref::fill_random(input.data(), spec.elems(), dt, input_seed(rank, call));
@@ -159,8 +164,8 @@ quant::ScaleStorage storage_of(const CallSpec& s) {
   return bytes ? quant::ScaleStorage::kByte : quant::ScaleStorage::kFp32;
 }
 
-// Rank 0's anchor against the reference quantization of its own norm_out.
-int64_t check_reference(const BenchContext& ctx, const CallSpec& spec, const Outputs& got,
+// A rank's anchor against the reference quantization of its own norm_out.
+int64_t check_reference(const BenchContext& ctx, const CallSpec& spec, int rank, const Outputs& got,
                         std::string* detail) {
   ref::QuantResult want;
   const std::string why =
@@ -176,11 +181,51 @@ int64_t check_reference(const BenchContext& ctx, const CallSpec& spec, const Out
   int64_t n = count_diff(got.quant, want.values, "quant_out", &first);
   n += count_diff(got.scale, scales, "scale_out", &first);
   if (n > 0) {
-    *detail = "rank 0 vs quantize_reference(own norm_out): " +
+    *detail = "rank " + std::to_string(rank) + " vs quantize_reference(own norm_out): " +
               ref::first_quant_mismatch(want, got.quant.data(), got.scale.data(), layout,
                                         storage_of(spec), /*max_steps=*/0);
   }
   return n;
+}
+
+// Under arfusion-run: every rank checks its own anchor against the reference (not only rank 0),
+// ranks are compared with rank 0 through a hash of the anchor's outputs (output_hash.h), and the
+// per-rank counts are shared so that every process reports the same result.
+void compare_across_processes(BenchContext& ctx, bool has_anchor, State& st,
+                              QuantCheckResult* result) {
+  const int world = ctx.world();
+  const int me = ctx.local_rank();
+  const size_t a = st.anchor;
+  const Outputs& mine = st.anchor_out[me];
+  std::vector<std::string> hashes(world);
+  hashes[me] = std::to_string(hash_output(
+      mine.scale, hash_output(mine.quant, hash_output(mine.norm, hash_output(mine.residual)))));
+  ctx.pool->share(&hashes);
+  if (has_anchor) {
+    st.wrong[me][a] += check_reference(ctx, (*st.calls)[a], me, mine, &st.detail[me][a]);
+  }
+  for (size_t c = 0; c < st.calls->size(); ++c) {
+    std::vector<int64_t> wrong(world);
+    std::vector<std::string> detail(world);
+    wrong[me] = st.wrong[me][c];
+    detail[me] = st.detail[me][c];
+    ctx.pool->share(&wrong);
+    ctx.pool->share(&detail);
+    for (int r = 0; r < world; ++r) {
+      st.wrong[r][c] = wrong[r];
+      st.detail[r][c] = detail[r];
+    }
+  }
+  for (int r = 1; r < world; ++r) {
+    if (hashes[r] == hashes[0]) continue;
+    ++st.wrong[r][a];  // at least one byte differs; which one is not known across processes
+    if (st.detail[r][a].empty()) {
+      st.detail[r][a] = "rank " + std::to_string(r) + ": outputs differ from rank 0's";
+    }
+  }
+  if (!ctx.pool->channel_error().empty()) {
+    result->error = "check: host channel: " + ctx.pool->channel_error();
+  }
 }
 
 }  // namespace
@@ -198,7 +243,12 @@ QuantCheckResult check_quant(BenchContext& ctx, const std::vector<CallSpec>& cal
   st.detail.assign(world, std::vector<std::string>(calls.size()));
   std::vector<std::string> errors(world);
   ctx.pool->run([&](int rank) { errors[rank] = run_rank(ctx, call, rank, st); });
+  ctx.pool->share(&errors);
   QuantCheckResult result;
+  if (!ctx.pool->channel_error().empty()) {
+    result.error = "check: host channel: " + ctx.pool->channel_error();
+    return result;
+  }
   for (int r = 0; r < world && result.error.empty(); ++r) {
     if (!errors[r].empty()) result.error = "check: rank " + std::to_string(r) + ": " + errors[r];
   }
@@ -206,23 +256,27 @@ QuantCheckResult check_quant(BenchContext& ctx, const std::vector<CallSpec>& cal
   result.wrong.assign(calls.size(), 0);
   result.detail.assign(calls.size(), "");
   const size_t a = st.anchor;
-  // Without a side-output call there is no norm_out to quantize; identity checks still run.
-  if (side != calls.end()) {
-    result.wrong[a] = check_reference(ctx, calls[a], st.anchor_out[0], &result.detail[a]);
+  if (ctx.pool->multi_process()) {
+    compare_across_processes(ctx, side != calls.end(), st, &result);
+  } else {
+    // Without a side-output call there is no norm_out to quantize; identity checks still run.
+    if (side != calls.end()) {
+      result.wrong[a] = check_reference(ctx, calls[a], 0, st.anchor_out[0], &result.detail[a]);
+    }
+    // Other ranks' anchors against rank 0's, in parallel on the rank threads.
+    ctx.pool->run([&](int rank) {
+      if (rank == 0) return;
+      const Outputs& got = st.anchor_out[rank];
+      const Outputs& want = st.anchor_out[0];
+      std::string& first = st.detail[rank][a];
+      int64_t& n = st.wrong[rank][a];
+      n += count_diff(got.residual, want.residual, "residual_out vs rank 0", &first);
+      n += count_diff(got.norm, want.norm, "norm_out vs rank 0", &first);
+      n += count_diff(got.quant, want.quant, "quant_out vs rank 0", &first);
+      n += count_diff(got.scale, want.scale, "scale_out vs rank 0", &first);
+      if (!first.empty()) first = "rank " + std::to_string(rank) + ": " + first;
+    });
   }
-  // Other ranks' anchors against rank 0's, in parallel on the rank threads.
-  ctx.pool->run([&](int rank) {
-    if (rank == 0) return;
-    const Outputs& got = st.anchor_out[rank];
-    const Outputs& want = st.anchor_out[0];
-    std::string& first = st.detail[rank][a];
-    int64_t& n = st.wrong[rank][a];
-    n += count_diff(got.residual, want.residual, "residual_out vs rank 0", &first);
-    n += count_diff(got.norm, want.norm, "norm_out vs rank 0", &first);
-    n += count_diff(got.quant, want.quant, "quant_out vs rank 0", &first);
-    n += count_diff(got.scale, want.scale, "scale_out vs rank 0", &first);
-    if (!first.empty()) first = "rank " + std::to_string(rank) + ": " + first;
-  });
   for (int r = 0; r < world; ++r) {
     for (size_t c = 0; c < calls.size(); ++c) {
       result.wrong[c] += st.wrong[r][c];

@@ -17,8 +17,8 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace arf::bench {
@@ -42,8 +42,9 @@ class RankPool {
   int first_local() const { return first_local_; }
   bool multi_process() const { return group_ != nullptr; }
 
-  // Runs fn(rank) on every local rank thread concurrently and returns when all have returned. fn must not
-  // throw (an exception aborts the process: a rank that vanished would leave its peers spinning).
+  // Runs fn(rank) on every local rank thread concurrently and returns when all have returned. fn
+  // must not throw (an exception aborts the process: a rank that vanished would leave its peers
+  // spinning).
   void run(const std::function<void(int)>& fn);
 
   // Barrier across the rank threads, callable only inside run(). Returns true iff every rank

@@ -205,10 +205,6 @@ int run_bench(const BenchArgs& args) {
   std::string why;
   // Declared before the session, so the host channel outlives the rank thread that uses it.
   const std::unique_ptr<ProcessGroup> group = ProcessGroup::from_env(kHostTimeoutSeconds, &why);
-  if (why.empty() && group != nullptr && args.op == Op::kQuant) {
-    why = "--op quant does not run under arfusion-run yet (its check compares the ranks' outputs "
-          "in one process); run it with rank threads";
-  }
   if (why.empty()) {
     why = group != nullptr ? resolve_process_layout(args, *group, &header.layout)
                            : resolve_layout(args, &header.layout);

@@ -66,9 +66,14 @@ std::string first_replay(cudaStream_t stream, cudaGraphExec_t exec) {
   return why;
 }
 
+// `align`: one untimed call first. Its kernels wait on the device for every peer's, so the ranks'
+// timed regions start together even when the host barrier released the processes far apart (a
+// socket barrier across processes: up to ~1 ms seen at 4 processes, which the first timed kernels
+// would otherwise spend waiting, and count).
 std::string timed_region(int rank, cudaStream_t stream, const EnqueueFn& enqueue,
-                         const TimingConfig& cfg, const RankTiming& rt, double* us) {
-  std::string why = cuda_error(cudaEventRecord(rt.start, stream), "cudaEventRecord");
+                         const TimingConfig& cfg, const RankTiming& rt, bool align, double* us) {
+  std::string why = align ? enqueue(rank, 0, stream) : "";
+  if (why.empty()) why = cuda_error(cudaEventRecord(rt.start, stream), "cudaEventRecord");
   if (rt.exec != nullptr) {
     for (int g = 0; g < cfg.graph_replays && why.empty(); ++g) {
       why = cuda_error(cudaGraphLaunch(rt.exec, stream), "cudaGraphLaunch");
@@ -109,7 +114,7 @@ Timing time_collective(RankPool& pool, const std::vector<cudaStream_t>& streams,
     // The host barrier before the timed region; if any rank failed, nobody starts it.
     if (pool.agree(rank, why.empty())) {
       pool.spin_sync();
-      why = timed_region(rank, stream, enqueue, cfg, rt, &t.rank_us[rank]);
+      why = timed_region(rank, stream, enqueue, cfg, rt, pool.multi_process(), &t.rank_us[rank]);
       if (why.empty() && health) why = health(rank);
     }
     pool.agree(rank, true);  // no rank has work in flight once all are here

@@ -5,6 +5,9 @@
 // With graph replays > 0 every rank stream-captures `iters` calls into one CUDA graph (all ranks
 // capture, then all launch concurrently from their threads) and the timed region is `replays`
 // graph launches, which removes host launch overhead the way a serving engine's graphs do.
+//
+// Ranks as processes (arfusion-run): the barrier before the timed region is a socket round trip,
+// so each rank first enqueues one untimed call, which lines the ranks up on the device.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,14 +1,14 @@
 // NCCL loaded at run time (nccl_api.h).
 #include "core/nccl_api.h"
 
-#include "core/cuda_check.h"
-
 #include <dlfcn.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
+
+#include "core/cuda_check.h"
 
 namespace arf::nccl {
 namespace {
@@ -81,15 +81,13 @@ Status status(const Api& api, ncclResult_t result, const std::string& what) {
                                   std::to_string(static_cast<int>(result)) + ")");
 }
 
-ncclDataType_t dtype_of(DType dtype) {
-  return dtype == DType::kFp16 ? ncclFloat16 : ncclBfloat16;
-}
+ncclDataType_t dtype_of(DType dtype) { return dtype == DType::kFp16 ? ncclFloat16 : ncclBfloat16; }
 
 Status settle(const Api& api, ncclComm_t comm, ncclResult_t started, const std::string& what,
               double timeout_seconds) {
   if (started != ncclInProgress) return status(api, started, what);
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(timeout_seconds);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   ncclResult_t state = started;
   for (int polls = 0;; ++polls) {
     const ncclResult_t polled = api.comm_get_async_error(comm, &state);
@@ -118,9 +116,9 @@ Status Comm::init(const Api& api, const ncclUniqueId& id, int rank, int world,
   config.blocking = 0;  // returns at once; completion is polled against our deadline
   ncclComm_t comm = nullptr;
   const ncclResult_t started = api.comm_init_rank_config(&comm, world, id, rank, &config);
-  const Status made = settle(api, comm, started,
-                             "NCCL communicator creation (rank " + std::to_string(rank) + ")",
-                             timeout_seconds);
+  const Status made =
+      settle(api, comm, started, "NCCL communicator creation (rank " + std::to_string(rank) + ")",
+             timeout_seconds);
   if (!made.is_ok()) {
     if (comm != nullptr) (void)api.comm_abort(comm);
     return made;
@@ -164,16 +162,17 @@ Result<NcclPlacement> placement_from_nccl(const Api& api, ncclComm_t comm, cudaS
   }
   void* buffer = nullptr;
   ARF_CUDA_RETURN_IF_ERROR(cudaMalloc(&buffer, sizeof(p.id)));
-  Status s = cuda_status(cudaMemcpyAsync(buffer, &p.id, sizeof(p.id), cudaMemcpyHostToDevice, stream),
-                         "id -> device", __FILE__, __LINE__);
+  Status s =
+      cuda_status(cudaMemcpyAsync(buffer, &p.id, sizeof(p.id), cudaMemcpyHostToDevice, stream),
+                  "id -> device", __FILE__, __LINE__);
   if (s.is_ok()) {
     s = settle(api, comm, api.broadcast(buffer, buffer, sizeof(p.id), ncclUint8, 0, comm, stream),
                "ncclBroadcast(rendezvous id)", timeout_seconds);
   }
   // Polled, not synchronized (nor a copy to pageable memory, which would block the same way): a
   // rank that never joins the broadcast costs the bound, not a hang.
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(timeout_seconds);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
   while (s.is_ok()) {
     const cudaError_t q = cudaStreamQuery(stream);
     if (q == cudaSuccess) break;
