@@ -94,15 +94,24 @@ for stage in "${stages[@]}"; do
       env "${nc_env[@]}" bash scripts/negative_controls.sh "$out/run/negative" 2>&1 \
         | tee "$out/run/negative.log" | tail -20 ;;
     multi)
-      # Real ranks: one GPU per rank (issue 6). Tests with ARF_TEST_DEVICES, bench on all GPUs.
+      # Real ranks: one GPU per rank (issue 6). Tests with ARF_TEST_DEVICES; per TP size: the sweep
+      # with --tune-out (its summary checks the default policy), the same sweep with that table
+      # (the 3% check), the all-reduce sweep, and the sweep again as processes under arfusion-run.
       devs=$(seq -s, 0 $((num_gpus - 1)))
-      ARF_TEST_DEVICES=$devs ctest --test-dir "${configured:-build}" -L gpu --output-on-failure 2>&1 \
+      ARF_TEST_DEVICES=$devs bounded ctest --test-dir "${configured:-build}" -L gpu --output-on-failure 2>&1 \
         | tee "$out/run/ctest_gpu_multi.log" | tail -8
+      algos=auto,oneshot_lamport,oneshot_pull,twoshot,unfused,nccl
       for n in 2 4 8; do
         ((n <= num_gpus)) || continue
-        ./build/arfusion-bench --nranks "$n" -a auto,oneshot_lamport,oneshot_pull,twoshot,unfused,nccl -J "$out/run/fused_tp$n.json" 2>&1 | tee "$out/run/fused_tp$n.txt" | tail -20
-        ./build/arfusion-bench --op allreduce --nranks "$n" -b 32K -e 64M -f 2 -G 1 -c 1 \
-          -J "$out/run/allreduce_tp$n.json" 2>&1 | tee "$out/run/allreduce_tp$n.txt" | tail -20
+        bounded ./build/arfusion-bench --nranks "$n" -a "$algos" -n 100 -w 20 --tune-out "$out/run/table_tp$n.json" \
+          -J "$out/run/fused_tp$n.json" 2>&1 | tee "$out/run/fused_tp$n.txt" | grep "auto vs"
+        ARF_TUNING_TABLE="$out/run/table_tp$n.json" bounded ./build/arfusion-bench --nranks "$n" -a "$algos" \
+          -n 100 -w 20 --tune-out "$out/run/check_tp$n.json" -J "$out/run/fused_tp${n}_tuned.json" 2>&1 \
+          | tee "$out/run/fused_tp${n}_tuned.txt" | grep "auto vs"
+        bounded ./build/arfusion-bench --op allreduce --nranks "$n" -b 32K -e 64M -f 2 -G 1 -c 1 \
+          -J "$out/run/allreduce_tp$n.json" 2>&1 | tee "$out/run/allreduce_tp$n.txt" | tail -8
+        bounded ./build/arfusion-run -n "$n" --no-prefix -- ./build/arfusion-bench -a "$algos" \
+          -J "$out/run/fused_tp${n}_procs.json" 2>&1 | tee "$out/run/fused_tp${n}_procs.txt" | tail -16
       done ;;
     *) echo "unknown stage $stage" ;;
   esac
