@@ -3,9 +3,11 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 
+#include "core/env_placement.h"
 #include "schedule.h"
 
 namespace arf::stress {
@@ -136,7 +138,27 @@ void add_check_options(CLI::App& app, StressArgs& a, std::string& verifier) {
   app.add_option("-J,--json", a.json_path, "write the summary as JSON to FILE");
 }
 
+// Under arfusion-run each process is one rank. What needs the ranks in one process is refused:
+// a stop at a common step (time budget, first wrong call) and the GPU verifier (one device).
+void apply_launcher(StressArgs& a, int nranks, const std::string& verifier) {
+  Result<EnvPlacement> place = placement_from_env();
+  if (!place.is_ok()) throw CLI::ValidationError("arfusion-run environment", place.status().message());
+  const char* why = nullptr;
+  if (!a.devices.empty() || nranks > 0) why = "--devices/--nranks: the launcher places the ranks";
+  if (verifier == "gpu") why = "--verify gpu checks ranks that share one process and device";
+  if (a.seconds > 0) why = "--seconds: ranks in different processes stop on a call budget only";
+  if (a.calls == 0 && a.calls_per_algorithm == 0) why = "--calls 0: give a call budget";
+  if (a.expect_corruption || a.stop_on_wrong) {
+    why = "--expect-corruption/--stop-on-wrong stop at a step the processes cannot agree on";
+  }
+  if (why != nullptr) throw CLI::ValidationError("under arfusion-run", why);
+  a.process_rank = place.value().rank;
+  a.process_world = place.value().world_size;
+  a.devices = {place.value().device};
+}
+
 void validate(StressArgs& a, int nranks, const std::string& verifier) {
+  if (std::getenv(kEnvRendezvousId) != nullptr) apply_launcher(a, nranks, verifier);
   if (a.hidden < 8 || a.hidden % 8 != 0 || a.hidden > 16384) {
     throw CLI::ValidationError("--hidden", "must be a multiple of 8 in [8, 16384]");
   }
@@ -145,6 +167,7 @@ void validate(StressArgs& a, int nranks, const std::string& verifier) {
   }
   if (a.devices.empty()) a.devices.assign(nranks > 0 ? nranks : kDefaultVirtualRanks, 0);
   if (a.world() > ARF_MAX_RANKS) throw CLI::ValidationError("--devices", "at most 8 ranks");
+  if (a.processes() && a.process_world < 1) throw CLI::ValidationError("ARF_WORLD_SIZE", ">= 1");
   for (int d : a.devices) {
     if (d < 0) throw CLI::ValidationError("--devices", "device ordinals are >= 0");
   }
@@ -158,6 +181,17 @@ void validate(StressArgs& a, int nranks, const std::string& verifier) {
     a.calls = a.calls_per_algorithm * a.algos.size() * a.patterns.size();
   }
 }
+
+}  // namespace
+
+std::vector<int> StressArgs::local_ranks() const {
+  if (processes()) return {process_rank};
+  std::vector<int> ranks(devices.size());
+  for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int>(r);
+  return ranks;
+}
+
+namespace {
 
 std::string join_argv(int argc, char** argv) {
   std::ostringstream out;

@@ -23,7 +23,7 @@ enum ExitCode : int {
 };
 
 struct StressArgs {
-  std::vector<int> devices;  // devices[rank]; repeats = virtual ranks
+  std::vector<int> devices;  // devices[rank]; repeats = virtual ranks (processes: {own device})
   std::vector<arfAlgorithm_t> algos;
   std::vector<arfPattern_t> patterns;
   arfDataType_t dtype = arfBFloat16;
@@ -50,7 +50,15 @@ struct StressArgs {
   std::string json_path;
   std::string command_line;
 
-  int world() const { return static_cast<int>(devices.size()); }
+  // Under arfusion-run (ARF_RENDEZVOUS_ID in the environment): this process is rank process_rank
+  // of process_world, on devices[0], over the ipc transport (-1: every rank in this process).
+  int process_rank = -1;
+  int process_world = 0;
+
+  bool processes() const { return process_rank >= 0; }
+  int world() const { return processes() ? process_world : static_cast<int>(devices.size()); }
+  // The ranks this process drives: all of them, or its own.
+  std::vector<int> local_ranks() const;
 };
 
 // nullopt with *exit_code set on --help or a parse error (CLI11's message already printed).

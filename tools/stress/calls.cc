@@ -100,8 +100,8 @@ void enqueue_outputs(const RankResources& rr, const WorkSlot& work, const CallSp
 
 void capture_graphs(Resources& resources, const std::vector<std::vector<CallSpec>>& windows) {
   const ResourceOptions& o = resources.options();
-  for (int r = 0; r < resources.world(); ++r) {
-    RankResources& rr = resources.rank(r);
+  for (int i = 0; i < resources.count(); ++i) {
+    RankResources& rr = resources.held(i);
     cuda_check(cudaSetDevice(rr.device), "cudaSetDevice");
     for (size_t g = 0; g < windows.size(); ++g) {
       cuda_check(cudaStreamBeginCapture(rr.stream, cudaStreamCaptureModeThreadLocal), "capture");
@@ -122,7 +122,7 @@ void capture_graphs(Resources& resources, const std::vector<std::vector<CallSpec
       if (failed != arfSuccess) {
         cudaGraphDestroy(graph);
         throw StressError("capturing graph " + std::to_string(g) + " on rank " +
-                          std::to_string(r) + ": " + arfGetStatusString(failed) + ": " + why);
+                          std::to_string(rr.rank) + ": " + arfGetStatusString(failed) + ": " + why);
       }
       cudaGraphExec_t exec = nullptr;
       cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
@@ -137,8 +137,8 @@ void capture_graphs(Resources& resources, const std::vector<std::vector<CallSpec
 
 void warm_up(Resources& resources) {
   const ResourceOptions& o = resources.options();
-  for (int r = 0; r < resources.world(); ++r) {
-    RankResources& rr = resources.rank(r);
+  for (int i = 0; i < resources.count(); ++i) {
+    RankResources& rr = resources.held(i);
     cuda_check(cudaSetDevice(rr.device), "cudaSetDevice");
     cuda_check(preload_consumer(), "load the consumer kernel");
     for (int kind = 0; kind < kGammaKinds; ++kind) {

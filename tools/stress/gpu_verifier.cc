@@ -22,7 +22,7 @@ gv::CallView call_view(const Resources& res, const StepSpec& step, size_t i, int
   const CallSpec& call = step.calls[i];
   const std::vector<int64_t> offsets = step_output_offsets(step, o.hidden, nullptr);
   gv::CallView v;
-  v.world = res.world();
+  v.world = res.count();
   v.fp16 = o.dtype == arfFloat16;
   v.norm = call.pattern == arfPatternResidualRmsNorm;
   v.hidden = o.hidden;
@@ -31,15 +31,15 @@ gv::CallView call_view(const Resources& res, const StepSpec& step, size_t i, int
   v.gamma_fp32 = gamma_fp32(call.gamma_kind);
   // The rows of the data set the call copied into its work slot (calls.cc, enqueue_inputs).
   const int64_t first = (call.set * o.set_rows + call.row_offset) * o.hidden;
-  const RankResources& r0 = res.rank(0);
+  const RankResources& r0 = res.held(0);
   v.residual = words(r0.ring_residual, first);
   v.gamma = v.gamma_fp32 ? static_cast<const void*>(static_cast<const float*>(r0.ring_gamma32) +
                                                     call.set * o.hidden)
                          : static_cast<const void*>(words(r0.ring_gamma16, call.set * o.hidden));
   const int64_t n = call.tokens * o.hidden;
-  for (int r = 0; r < res.world(); ++r) {
-    v.input[r] = words(res.rank(r).ring_input, first);
-    v.out_a[r] = res.rank(r).host[static_cast<size_t>(slot)].data + offsets[i];
+  for (int r = 0; r < res.count(); ++r) {
+    v.input[r] = words(res.held(r).ring_input, first);
+    v.out_a[r] = res.held(r).host[static_cast<size_t>(slot)].data + offsets[i];
     v.out_b[r] = v.norm ? v.out_a[r] + n : nullptr;
   }
   return v;
@@ -48,13 +48,13 @@ gv::CallView call_view(const Resources& res, const StepSpec& step, size_t i, int
 GpuVerifier::GpuVerifier(const GpuVerifierConfig& config)
     : config_(config),
       depth_(config.resources->options().ring_depth),
-      world_(config.resources->world()),
-      device_(config.resources->rank(0).device),
+      world_(config.resources->count()),
+      device_(config.resources->held(0).device),
       pipeline_(depth_, world_) {
   const ResourceOptions& o = config.resources->options();
   if (!o.device_slots) throw StressError("--verify gpu needs the output slots on the device");
   for (int r = 0; r < world_; ++r) {
-    if (config.resources->rank(r).device != device_) {
+    if (config.resources->held(r).device != device_) {
       throw StressError("--verify gpu needs every rank on one device");
     }
   }
@@ -127,7 +127,7 @@ void GpuVerifier::check_pending() {
   try {
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
     for (int r = 0; r < world_; ++r) {
-      cuda_check(cudaStreamSynchronize(config_.resources->rank(r).stream),
+      cuda_check(cudaStreamSynchronize(config_.resources->held(r).stream),
                  "drain rank " + std::to_string(r) + "'s stream before the checks");
     }
   } catch (const StressError& e) {
@@ -146,14 +146,14 @@ bool GpuVerifier::enqueue_check(const Job& job) {
   try {
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
     for (int r = 0; r < world_; ++r) {  // drained already; states what the kernels read
-      cuda_check(cudaEventSynchronize(res.rank(r).host[job.slot].ready),
+      cuda_check(cudaEventSynchronize(res.held(r).host[job.slot].ready),
                  "wait for rank " + std::to_string(r) + "'s outputs");
     }
     FinalizeParams fin;
     fin.step = static_cast<uint64_t>(job.spec.step);
     fin.num_calls = static_cast<int>(job.spec.calls.size());
     const std::vector<int64_t> offsets = step_output_offsets(job.spec, hidden, nullptr);
-    for (int r = 0; r < world_; ++r) fin.slot[r] = res.rank(r).host[job.slot].data;
+    for (int r = 0; r < world_; ++r) fin.slot[r] = res.held(r).host[job.slot].data;
     for (size_t i = 0; i < job.spec.calls.size(); ++i) {
       const CallSpec& call = job.spec.calls[i];
       fin.offset[i] = offsets[i];

@@ -54,14 +54,14 @@ double seconds_since(Clock::time_point t) {
 
 DType ref_dtype(arfDataType_t dtype) { return dtype == arfFloat16 ? DType::kFp16 : DType::kBf16; }
 
-// arfPlan over every combination and token count, on rank 0's buffers (arfPlan validates the
-// pointers). Pure and rank-symmetric, so rank 0's answer is every rank's.
+// arfPlan over every combination and token count, on the first held rank's buffers (arfPlan
+// validates the pointers). Pure and rank-symmetric, so its answer is every rank's.
 DispatchMap probe_dispatch(const StressArgs& args, Resources& res) {
   std::vector<Combo> combos;
   for (arfAlgorithm_t a : args.algos) {
     for (arfPattern_t p : args.patterns) combos.push_back({a, p});
   }
-  const RankResources& r0 = res.rank(0);
+  const RankResources& r0 = res.held(0);
   cuda_check(cudaSetDevice(r0.device), "cudaSetDevice");
   return DispatchMap::probe(combos, args.max_tokens, [&](const Combo& combo, int64_t tokens) {
     CallSpec call;
@@ -105,6 +105,7 @@ int64_t set_rows(const StressArgs& args) {
 void prepare(const StressArgs& args, Setup* s) {
   ResourceOptions ro;
   ro.devices = args.devices;
+  ro.process_rank = args.process_rank;
   ro.dtype = args.dtype;
   ro.hidden = args.hidden;
   ro.max_tokens = args.max_tokens;
@@ -175,6 +176,15 @@ void monitor(const StressArgs& args, Soak& soak, StopControl& stop, StepVerifier
   }
 }
 
+// Under arfusion-run every rank writes its own report: FILE.json -> FILE.rank<r>.json.
+std::string json_path_of(const StressArgs& args) {
+  if (!args.processes()) return args.json_path;
+  const std::string tag = ".rank" + std::to_string(args.process_rank);
+  const std::string& p = args.json_path;
+  const bool dot_json = p.size() > 5 && p.compare(p.size() - 5, 5, ".json") == 0;
+  return dot_json ? p.substr(0, p.size() - 5) + tag + ".json" : p + tag;
+}
+
 int run(const StressArgs& args) {
   const Clock::time_point setup_start = Clock::now();
   Setup s;
@@ -196,6 +206,7 @@ int run(const StressArgs& args) {
   facts.verifier = args.verify_gpu ? "gpu" : "host";
   facts.verify_threads = args.verify_gpu ? 0
                          : args.verify_threads > 0 ? args.verify_threads
+                         : args.processes()          ? std::max(2, hw / args.world() - 1)
                                                    : std::max(2, hw - args.world() - 1);
 
   StopControl stop(args.world());
@@ -212,9 +223,10 @@ int run(const StressArgs& args) {
   Soak soak({&args, &s.map, s.schedule, s.resources.get(), verifier.get(), &stop});
   std::signal(SIGINT, on_sigint);
   const Clock::time_point start = Clock::now();
-  std::atomic<int> running{args.world()};
+  const std::vector<int> local = args.local_ranks();
+  std::atomic<int> running{static_cast<int>(local.size())};
   std::vector<std::thread> ranks;
-  for (int r = 0; r < args.world(); ++r) {
+  for (int r : local) {
     ranks.emplace_back([&, r] {
       soak.run_rank(r);
       running.fetch_sub(1);
@@ -230,7 +242,7 @@ int run(const StressArgs& args) {
   facts.first_error = !soak.first_error().empty() ? soak.first_error() : verifier->error();
   const Totals totals = verifier->totals();
   print_result(args, s.map, totals, facts);
-  if (!args.json_path.empty() && !write_json(args.json_path, args, s.map, totals, facts)) {
+  if (!args.json_path.empty() && !write_json(json_path_of(args), args, s.map, totals, facts)) {
     return kExitSetup;
   }
   return exit_code(args, totals, facts);

@@ -28,13 +28,21 @@ Resources::Resources(const ResourceOptions& options) : options_(options) {
   config.max_hidden = static_cast<size_t>(options.hidden);
   config.oneshot_max_tokens = static_cast<size_t>(options.oneshot_max_tokens);
   config.timeout_seconds = options.timeout_seconds;
-  std::vector<arfComm_t> comms(static_cast<size_t>(world), nullptr);
-  arf_check(arfCommInitAll(comms.data(), world, options.devices.data(), &config),
-            "arfCommInitAll");
-  for (int r = 0; r < world; ++r) {
-    ranks_[r].rank = r;
-    ranks_[r].device = options.devices[r];
-    ranks_[r].comm = comms[r];
+  if (options.process_rank >= 0) {
+    // One rank of an ipc job: transport, rank, world, device and id from arfusion-run.
+    arf_check(arfCommConfigFromEnv(&config), "arfCommConfigFromEnv");
+    ranks_[0].rank = options.process_rank;
+    ranks_[0].device = options.devices[0];
+    arf_check(arfCommInitRank(&ranks_[0].comm, &config), "arfCommInitRank");
+  } else {
+    std::vector<arfComm_t> comms(static_cast<size_t>(world), nullptr);
+    arf_check(arfCommInitAll(comms.data(), world, options.devices.data(), &config),
+              "arfCommInitAll");
+    for (int r = 0; r < world; ++r) {
+      ranks_[r].rank = r;
+      ranks_[r].device = options.devices[r];
+      ranks_[r].comm = comms[r];
+    }
   }
   allocate_shared();
   for (RankResources& rr : ranks_) allocate_rank(rr);

@@ -24,7 +24,8 @@
 namespace arf::stress {
 
 struct ResourceOptions {
-  std::vector<int> devices;  // devices[rank]
+  std::vector<int> devices;  // devices[rank]; under arfusion-run {this process's device}
+  int process_rank = -1;     // >= 0: this process is that rank of an ipc job (arfusion-run)
   arfDataType_t dtype = arfBFloat16;
   int64_t hidden = 4096;
   int64_t max_tokens = 1024;
@@ -69,7 +70,9 @@ struct RankResources {
 
 class Resources {
  public:
-  // Creates the communicators (arfCommInitAll) and allocates everything; throws StressError.
+  // Creates the communicators (arfCommInitAll; under arfusion-run this process's rank only, from
+  // the launcher's environment over the ipc transport) and allocates everything; throws
+  // StressError.
   explicit Resources(const ResourceOptions& options);
   ~Resources();  // collective teardown from this thread; errors are ignored (reported earlier)
   Resources(const Resources&) = delete;
@@ -82,9 +85,15 @@ class Resources {
   // the dispatch map (which needs the communicators) has shaped the schedule.
   void allocate_host(int64_t slot_words);
 
-  int world() const { return static_cast<int>(ranks_.size()); }
-  RankResources& rank(int r) { return ranks_[static_cast<size_t>(r)]; }
-  const RankResources& rank(int r) const { return ranks_[static_cast<size_t>(r)]; }
+  // The ranks this process holds: every rank, or its own under arfusion-run.
+  int count() const { return static_cast<int>(ranks_.size()); }
+  RankResources& held(int i) { return ranks_[static_cast<size_t>(i)]; }
+  const RankResources& held(int i) const { return ranks_[static_cast<size_t>(i)]; }
+  // By global rank; only for a rank this process holds.
+  RankResources& rank(int r) { return ranks_[static_cast<size_t>(r - ranks_.front().rank)]; }
+  const RankResources& rank(int r) const {
+    return ranks_[static_cast<size_t>(r - ranks_.front().rank)];
+  }
   const ResourceOptions& options() const { return options_; }
   int64_t pinned_bytes() const { return pinned_bytes_; }
   int64_t device_bytes() const { return device_bytes_; }

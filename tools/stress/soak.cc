@@ -38,6 +38,8 @@ Soak::Soak(const SoakConfig& config)
   const std::vector<int>& devices = config.args->devices;
   for (int r = 0; r < config.args->world(); ++r) {
     launched_[r].store(0);
+    // Under arfusion-run the peers are other processes: no shared hardware queues to order.
+    if (config.args->processes()) continue;
     for (int m = 0; m < config.args->world(); ++m) {
       if (m != r && devices[m] == devices[r]) mates_[r].push_back(m);
     }

@@ -148,6 +148,11 @@ void print_header(const StressArgs& a, const DispatchMap& map, const std::string
   std::printf("# %zu combinations, %zu dispatch boundary points (both sides of every change of "
               "arfPlan's algorithm/inner/kernels/grid/block)\n",
               map.combos().size(), map.num_boundary_points());
+  if (a.processes()) {
+    std::printf("# transport ipc: this process is rank %d of %d (arfusion-run) on device %d; it "
+                "checks its own outputs against the reference of every rank's inputs\n",
+                a.process_rank, a.process_world, a.devices.front());
+  }
   std::fflush(stdout);
 }
 
@@ -217,6 +222,8 @@ bool write_json(const std::string& path, const StressArgs& a, const DispatchMap&
             {"command_line", a.command_line},
             {"devices", a.devices},
             {"world", a.world()},
+            {"transport", a.processes() ? "ipc" : "local"},
+            {"process_rank", a.processes() ? json(a.process_rank) : json(nullptr)},
             {"dtype", dtype_name(a.dtype)},
             {"hidden", a.hidden},
             {"max_tokens", a.max_tokens},

@@ -230,5 +230,42 @@ TEST(Args, VerifyGpuAndCallsPerAlgorithm) {
   }
 }
 
+// Under arfusion-run (its variables in the environment) the process is one rank of an ipc job;
+// what needs every rank in one process is refused before any CUDA call.
+TEST(Args, UnderTheLauncherTheProcessIsOneRank) {
+  setenv("ARF_RENDEZVOUS_ID", "0123456789abcdef0123456789abcdef", 1);
+  setenv("ARF_RANK", "2", 1);
+  setenv("ARF_WORLD_SIZE", "4", 1);
+  setenv("ARF_DEVICE", "1", 1);
+  int code = -1;
+  auto a = parse({"--calls-per-algorithm", "10"}, &code);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_TRUE(a->processes());
+  EXPECT_EQ(a->process_rank, 2);
+  EXPECT_EQ(a->world(), 4);
+  EXPECT_EQ(a->devices, std::vector<int>{1});
+  EXPECT_EQ(a->local_ranks(), std::vector<int>{2});
+  for (std::vector<std::string> bad : {std::vector<std::string>{"--nranks", "4"},
+                                       {"--devices", "0,1"},
+                                       {"--verify", "gpu"},
+                                       {"--seconds", "10"},
+                                       {"--stop-on-wrong", "--calls", "5"},
+                                       {"--expect-corruption", "--calls", "5"},
+                                       {"--calls", "0"}}) {
+    code = -1;
+    EXPECT_FALSE(parse(bad, &code).has_value()) << bad[0] << " " << bad[1];
+    EXPECT_EQ(code, kExitSetup) << bad[0] << " " << bad[1];
+  }
+  setenv("ARF_RANK", "x", 1);  // malformed: an error, never a silent rank 0
+  EXPECT_FALSE(parse({}, &code).has_value());
+  for (const char* v : {"ARF_RENDEZVOUS_ID", "ARF_RANK", "ARF_WORLD_SIZE", "ARF_DEVICE"}) {
+    unsetenv(v);
+  }
+  a = parse({}, &code);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_FALSE(a->processes());
+  EXPECT_EQ(a->local_ranks().size(), 8u);
+}
+
 }  // namespace
 }  // namespace arf::stress

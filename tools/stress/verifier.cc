@@ -12,7 +12,7 @@ namespace arf::stress {
 
 Verifier::Verifier(const VerifierConfig& config)
     : config_(config),
-      world_(config.resources->world()),
+      world_(config.resources->count()),
       pipeline_(config.resources->options().ring_depth, world_) {
   for (int t = 0; t < config.threads; ++t) {
     threads_.emplace_back([this] { pipeline_.run_worker([this](const auto& job) { verify(job); }); });
@@ -32,11 +32,11 @@ void Verifier::verify(const StepPipeline::Job& job) {
   const Resources& res = *config_.resources;
   const int64_t hidden = res.options().hidden;
   for (int r = 0; r < world_; ++r) {
-    const cudaError_t err = cudaEventSynchronize(res.rank(r).host[job.slot].ready);
+    const cudaError_t err = cudaEventSynchronize(res.held(r).host[job.slot].ready);
     if (err != cudaSuccess) {
       std::lock_guard<std::mutex> lock(totals_mu_);
       if (error_.empty()) {
-        error_ = std::string("waiting for rank ") + std::to_string(r) + "'s outputs: " +
+        error_ = std::string("waiting for rank ") + std::to_string(res.held(r).rank) + "'s outputs: " +
                  cudaGetErrorString(err);
       }
       return;  // the slot stays taken: the soak stops on the error anyway
@@ -51,13 +51,15 @@ void Verifier::verify(const StepPipeline::Job& job) {
     const CallSpec& call = job.spec.calls[i];
     const int64_t n = call.tokens * hidden;
     for (int r = 0; r < world_; ++r) {
-      const uint16_t* base = res.rank(r).host[job.slot].data + offsets[i];
+      const uint16_t* base = res.held(r).host[job.slot].data + offsets[i];
       outputs[r] = call.pattern == arfPatternAllReduce ? RankOutputs{base, nullptr, nullptr}
                                                        : RankOutputs{nullptr, base, base + n};
     }
-    const CallCheck check =
-        check_call(call, (*config_.sets)[static_cast<size_t>(call.set)], hidden, config_.dtype,
-                   outputs);
+    CallCheck check = check_call(call, (*config_.sets)[static_cast<size_t>(call.set)], hidden,
+                                 config_.dtype, outputs);
+    // outputs[] holds this process's ranks (under arfusion-run only its own, so "vs rank 0" is a
+    // comparison with itself and only the reference counts); report the global rank.
+    if (check.has_mismatch) check.first.rank = res.held(check.first.rank).rank;
     local.add_call(call, check, job.spec.step, job.spec.graph);
   }
   bool first_wrong = false;

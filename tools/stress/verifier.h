@@ -1,5 +1,8 @@
 // Host threads that check every step while the GPU runs the next ones.
 //
+// Under arfusion-run the process verifies its own rank's outputs against the reference (built from
+// every rank's inputs, which each process generates from the shared seed).
+//
 // Flow: each rank thread copies a step's outputs into pinned host slot (step % ring_depth),
 // records the slot's event and submits the step here. When every rank has submitted it, a verifier
 // thread waits for the ranks' events, checks every call of the step (verify.h), merges the totals
