@@ -6,9 +6,11 @@
 
 #include "args.h"
 
-namespace arf::bench {
+namespace arf {
+class ProcessGroup;  // tools/common/process_group.h
+}  // namespace arf
 
-class ProcessGroup;
+namespace arf::bench {
 
 struct DeviceInfo {
   int ordinal = 0;

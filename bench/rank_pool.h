@@ -21,9 +21,11 @@
 #include <thread>
 #include <vector>
 
-namespace arf::bench {
+namespace arf {
+class ProcessGroup;  // tools/common/process_group.h
+}  // namespace arf
 
-class ProcessGroup;
+namespace arf::bench {
 
 class RankPool {
  public:

@@ -8,9 +8,11 @@
 
 #include "context.h"
 
-namespace arf::bench {
+namespace arf {
+class ProcessGroup;  // tools/common/process_group.h
+}  // namespace arf
 
-class ProcessGroup;
+namespace arf::bench {
 
 class Session {
  public:

@@ -36,8 +36,10 @@ set(ARF_STRESS_DIR ${CMAKE_CURRENT_SOURCE_DIR}/tools/stress)
 add_library(arfusion_stress_core OBJECT
   ${ARF_STRESS_DIR}/args.cc ${ARF_STRESS_DIR}/dataset.cc ${ARF_STRESS_DIR}/schedule.cc
   ${ARF_STRESS_DIR}/stop_control.cc ${ARF_STRESS_DIR}/summary.cc ${ARF_STRESS_DIR}/verify.cc
-  ${ARF_STRESS_DIR}/gpu_report.cc ${ARF_STRESS_DIR}/step_pipeline.cc)
+  ${ARF_STRESS_DIR}/gpu_report.cc ${ARF_STRESS_DIR}/step_pipeline.cc
+  ${ARF_STRESS_DIR}/cross_process.cc ${CMAKE_CURRENT_SOURCE_DIR}/tools/common/process_group.cc)
 target_include_directories(arfusion_stress_core PUBLIC ${ARF_STRESS_DIR}
+  ${CMAKE_CURRENT_SOURCE_DIR}/tools/common
   ${CMAKE_CURRENT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/src)
 target_link_libraries(arfusion_stress_core PUBLIC arfusion_reference CLI11::CLI11
   nlohmann_json::nlohmann_json Threads::Threads)
@@ -69,7 +71,7 @@ endfunction()
 if(ARF_BUILD_TESTS)
   add_executable(arfusion_stress_tests ${ARF_STRESS_DIR}/test_schedule.cc
     ${ARF_STRESS_DIR}/test_checks.cc ${ARF_STRESS_DIR}/test_gpu_check.cc
-    ${ARF_STRESS_DIR}/test_step_pipeline.cc)
+    ${ARF_STRESS_DIR}/test_step_pipeline.cc ${ARF_STRESS_DIR}/test_cross_process.cc)
   target_link_libraries(arfusion_stress_tests PRIVATE arfusion_stress_core arfusion
     GTest::gtest_main)
   target_compile_options(arfusion_stress_tests PRIVATE ${ARF_WARNINGS})

@@ -1,47 +1,16 @@
-// The multi-process bench's host channel (bench/process_group.h) with real forked processes, as
+// The multi-process tools' host channel (tools/common/process_group.h) with forked processes, as
 // arfusion-run starts them: the environment names rank, world and job id; every process gathers
 // every rank's blob (of different lengths), votes, and learns of a peer that exits.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "fork_ranks.h"
 #include "process_group.h"
 
 namespace arf::bench {
 namespace {
-
-// Runs body(rank) in `world` forked children under the launcher's variables; the child's exit
-// status is body's result (0 = its checks held). Returns every child's status.
-template <typename Body>
-std::vector<int> run_ranks(int world, const std::string& id, Body body) {
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      setenv("ARF_RANK", std::to_string(r).c_str(), 1);
-      setenv("ARF_WORLD_SIZE", std::to_string(world).c_str(), 1);
-      setenv("ARF_RENDEZVOUS_ID", id.c_str(), 1);
-      _exit(body(r));
-    }
-    pids.push_back(pid);
-  }
-  std::vector<int> codes;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128);
-  }
-  return codes;
-}
-
-std::string fresh_id() {
-  Result<ipc::UniqueId> id = ipc::UniqueId::generate();
-  return id.is_ok() ? id.value().hex() : "";
-}
 
 TEST(ProcessGroup, NotUnderALauncherIsNoGroupAndNoError) {
   unsetenv("ARF_RENDEZVOUS_ID");
@@ -52,7 +21,7 @@ TEST(ProcessGroup, NotUnderALauncherIsNoGroupAndNoError) {
 
 TEST(ProcessGroup, EveryProcessGathersEveryRanksBlobAndVotes) {
   constexpr int kWorld = 3;
-  const std::vector<int> codes = run_ranks(kWorld, fresh_id(), [](int rank) {
+  const std::vector<int> codes = testing::fork_ranks(kWorld, [](int rank) {
     std::string why;
     const auto group = ProcessGroup::from_env(20, &why);
     if (group == nullptr || group->rank() != rank || group->world() != kWorld) return 10;
@@ -70,7 +39,7 @@ TEST(ProcessGroup, EveryProcessGathersEveryRanksBlobAndVotes) {
 }
 
 TEST(ProcessGroup, APeerThatExitsFailsTheOthersQuicklyWithAReason) {
-  const std::vector<int> codes = run_ranks(2, fresh_id(), [](int rank) {
+  const std::vector<int> codes = testing::fork_ranks(2, [](int rank) {
     std::string why;
     const auto group = ProcessGroup::from_env(20, &why);
     if (group == nullptr) return 10;

@@ -142,7 +142,9 @@ void add_check_options(CLI::App& app, StressArgs& a, std::string& verifier) {
 // a stop at a common step (time budget, first wrong call) and the GPU verifier (one device).
 void apply_launcher(StressArgs& a, int nranks, const std::string& verifier) {
   Result<EnvPlacement> place = placement_from_env();
-  if (!place.is_ok()) throw CLI::ValidationError("arfusion-run environment", place.status().message());
+  if (!place.is_ok()) {
+    throw CLI::ValidationError("arfusion-run environment", place.status().message());
+  }
   const char* why = nullptr;
   if (!a.devices.empty() || nranks > 0) why = "--devices/--nranks: the launcher places the ranks";
   if (verifier == "gpu") why = "--verify gpu checks ranks that share one process and device";

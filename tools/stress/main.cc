@@ -24,9 +24,11 @@
 
 #include "args.h"
 #include "calls.h"
+#include "cross_process.h"
 #include "dataset.h"
 #include "device.h"
 #include "gpu_verifier.h"
+#include "process_group.h"
 #include "resources.h"
 #include "schedule.h"
 #include "soak.h"
@@ -185,8 +187,18 @@ std::string json_path_of(const StressArgs& args) {
   return dot_json ? p.substr(0, p.size() - 5) + tag + ".json" : p + tag;
 }
 
+// Under arfusion-run: how long the processes' host channel waits for a peer (only at the start and
+// for the final exchange of step hashes; a peer that exits is seen at once).
+constexpr double kHostChannelSeconds = 900;
+
 int run(const StressArgs& args) {
   const Clock::time_point setup_start = Clock::now();
+  std::unique_ptr<ProcessGroup> group;
+  if (args.processes()) {
+    std::string why;
+    group = ProcessGroup::from_env(kHostChannelSeconds, &why);
+    if (group == nullptr) throw StressError("arfusion-run host channel: " + why);
+  }
   Setup s;
   prepare(args, &s);
   if (args.list_boundaries) {
@@ -213,12 +225,16 @@ int run(const StressArgs& args) {
   const std::function<void()> on_first_wrong = [&] { if (args.stop_on_wrong) stop.request(); };
   // Constructed before the first collective: both allocate (resources.h says why that matters).
   std::unique_ptr<StepVerifier> verifier;
+  Verifier* host_verifier = nullptr;
   if (args.verify_gpu) {
     verifier = std::make_unique<GpuVerifier>(
         GpuVerifierConfig{s.resources.get(), &s.sets, ref_dtype(args.dtype), on_first_wrong});
   } else {
-    verifier = std::make_unique<Verifier>(VerifierConfig{
-        s.resources.get(), &s.sets, ref_dtype(args.dtype), facts.verify_threads, on_first_wrong});
+    auto host = std::make_unique<Verifier>(
+        VerifierConfig{s.resources.get(), &s.sets, ref_dtype(args.dtype), facts.verify_threads,
+                       on_first_wrong, /*record_step_hashes=*/args.processes()});
+    host_verifier = host.get();
+    verifier = std::move(host);
   }
   Soak soak({&args, &s.map, s.schedule, s.resources.get(), verifier.get(), &stop});
   std::signal(SIGINT, on_sigint);
@@ -240,6 +256,18 @@ int run(const StressArgs& args) {
   facts.timeouts = soak.timeouts();
   facts.errors = soak.errors() + (verifier->error().empty() ? 0 : 1);
   facts.first_error = !soak.first_error().empty() ? soak.first_error() : verifier->error();
+  if (group != nullptr && host_verifier != nullptr) {
+    const CrossProcessResult x = compare_step_hashes(*group, host_verifier->step_hashes());
+    facts.cross_process = x.error.empty();
+    facts.cross_process_steps = x.steps_compared;
+    facts.cross_process_mismatched_steps = x.mismatched_steps;
+    facts.cross_process_first_step = x.first_step;
+    facts.cross_process_first_rank = x.first_rank;
+    if (!x.error.empty()) {
+      ++facts.errors;
+      if (facts.first_error.empty()) facts.first_error = "step-hash exchange: " + x.error;
+    }
+  }
   const Totals totals = verifier->totals();
   print_result(args, s.map, totals, facts);
   if (!args.json_path.empty() && !write_json(json_path_of(args), args, s.map, totals, facts)) {

@@ -124,7 +124,8 @@ int exit_code(const StressArgs& args, const Totals& t, const RunFacts& f) {
   if (f.errors > 0) return kExitSetup;
   // After a timeout the outputs are garbage: never count them as a detection.
   if (f.timeouts > 0 || f.hang) return kExitTimeout;
-  const bool wrong = t.wrong_elems > 0 || t.cross_rank_elems > 0;
+  const bool wrong =
+      t.wrong_elems > 0 || t.cross_rank_elems > 0 || f.cross_process_mismatched_steps > 0;
   if (args.expect_corruption) return wrong ? kExitOk : kExitWrong;
   return wrong ? kExitWrong : kExitOk;
 }
@@ -201,6 +202,16 @@ void print_result(const StressArgs& a, const DispatchMap& map, const Totals& t, 
                 call_text(map, t.first_call).c_str(), plan_text(map, t.first_call).c_str(),
                 t.first.describe(ref_dtype(a.dtype)).c_str());
   }
+  if (f.cross_process) {
+    std::printf("# across processes: %" PRIu64 " steps compared with every rank by hash, %" PRIu64
+                " differ%s\n",
+                f.cross_process_steps, f.cross_process_mismatched_steps,
+                f.cross_process_mismatched_steps > 0
+                    ? (" (first: step " + std::to_string(f.cross_process_first_step) + ", rank " +
+                       std::to_string(f.cross_process_first_rank) + " vs rank 0)")
+                          .c_str()
+                    : "");
+  }
   if (!f.first_error.empty()) std::printf("# first error: %s\n", f.first_error.c_str());
   const int code = exit_code(a, t, f);
   const char* verdict = code == kExitOk ? "PASS" : "FAIL";
@@ -252,6 +263,12 @@ bool write_json(const std::string& path, const StressArgs& a, const DispatchMap&
             {"errors", f.errors},
             {"hang", f.hang},
             {"first_error", f.first_error},
+            {"cross_process",
+             f.cross_process ? json{{"steps_compared", f.cross_process_steps},
+                                    {"mismatched_steps", f.cross_process_mismatched_steps},
+                                    {"first_step", f.cross_process_first_step},
+                                    {"first_rank", f.cross_process_first_rank}}
+                             : json(nullptr)},
             {"exit_code", exit_code(a, t, f)}};
   if (!f.git_commit.empty()) j["git_commit"] = f.git_commit;
   std::ofstream out(path);

@@ -51,6 +51,12 @@ struct RunFacts {
   uint64_t unverified_steps = 0;  // submitted by some ranks only (after a failure)
   bool hang = false;            // the watchdog fired
   std::string first_error;      // first timeout or error message
+  // Under arfusion-run: steps compared with the other processes' ranks by hash (cross_process.h).
+  bool cross_process = false;
+  uint64_t cross_process_steps = 0;
+  uint64_t cross_process_mismatched_steps = 0;
+  int64_t cross_process_first_step = -1;
+  int cross_process_first_rank = -1;
 };
 
 // The exit code (args.h) for these results.

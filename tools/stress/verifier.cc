@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "calls.h"
+#include "cross_process.h"
 
 namespace arf::stress {
 
@@ -36,7 +37,8 @@ void Verifier::verify(const StepPipeline::Job& job) {
     if (err != cudaSuccess) {
       std::lock_guard<std::mutex> lock(totals_mu_);
       if (error_.empty()) {
-        error_ = std::string("waiting for rank ") + std::to_string(res.held(r).rank) + "'s outputs: " +
+        error_ = std::string("waiting for rank ") + std::to_string(res.held(r).rank) +
+                 "'s outputs: " +
                  cudaGetErrorString(err);
       }
       return;  // the slot stays taken: the soak stops on the error anyway
@@ -47,6 +49,7 @@ void Verifier::verify(const StepPipeline::Job& job) {
   local.graph_replays = job.spec.graph >= 0 ? 1 : 0;
   const std::vector<int64_t> offsets = step_output_offsets(job.spec, hidden, nullptr);
   std::vector<RankOutputs> outputs(static_cast<size_t>(world_));
+  uint64_t step_hash = 1469598103934665603ull;  // FNV-1a over every output word of the step
   for (size_t i = 0; i < job.spec.calls.size(); ++i) {
     const CallSpec& call = job.spec.calls[i];
     const int64_t n = call.tokens * hidden;
@@ -54,6 +57,9 @@ void Verifier::verify(const StepPipeline::Job& job) {
       const uint16_t* base = res.held(r).host[job.slot].data + offsets[i];
       outputs[r] = call.pattern == arfPatternAllReduce ? RankOutputs{base, nullptr, nullptr}
                                                        : RankOutputs{nullptr, base, base + n};
+      if (!config_.record_step_hashes) continue;
+      const int64_t words = call.pattern == arfPatternAllReduce ? n : 2 * n;
+      for (int64_t w = 0; w < words; ++w) step_hash = (step_hash ^ base[w]) * 1099511628211ull;
     }
     CallCheck check = check_call(call, (*config_.sets)[static_cast<size_t>(call.set)], hidden,
                                  config_.dtype, outputs);
@@ -66,6 +72,11 @@ void Verifier::verify(const StepPipeline::Job& job) {
   {
     std::lock_guard<std::mutex> lock(totals_mu_);
     totals_.merge(local);
+    if (config_.record_step_hashes) {
+      const size_t step = static_cast<size_t>(job.spec.step);
+      if (step_hashes_.size() <= step) step_hashes_.resize(step + 1, kNoStepHash);
+      step_hashes_[step] = step_hash == kNoStepHash ? 1 : step_hash;
+    }
     if (local.bad_calls > 0 && !reported_wrong_) first_wrong = reported_wrong_ = true;
   }
   if (first_wrong && config_.on_first_wrong) config_.on_first_wrong();
@@ -82,6 +93,11 @@ uint64_t Verifier::close() {
 Totals Verifier::totals() const {
   std::lock_guard<std::mutex> lock(totals_mu_);
   return totals_;
+}
+
+std::vector<uint64_t> Verifier::step_hashes() const {
+  std::lock_guard<std::mutex> lock(totals_mu_);
+  return step_hashes_;
 }
 
 std::string Verifier::error() const {

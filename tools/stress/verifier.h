@@ -32,6 +32,7 @@ struct VerifierConfig {
   DType dtype = DType::kBf16;
   int threads = 2;
   std::function<void()> on_first_wrong;  // called once, from a verifier thread
+  bool record_step_hashes = false;  // under arfusion-run: for the cross-process check
 };
 
 class Verifier : public StepVerifier {
@@ -52,6 +53,9 @@ class Verifier : public StepVerifier {
   Totals totals() const override;
   uint64_t steps_verified() const override { return pipeline_.steps_verified(); }
   std::string error() const override;  // a CUDA error while waiting for an event ("" if none)
+  // With record_step_hashes: one hash per step over this process's outputs, indexed by step
+  // (kNoStepHash where none was verified); for compare_step_hashes (cross_process.h).
+  std::vector<uint64_t> step_hashes() const;
 
  private:
   void verify(const StepPipeline::Job& job);
@@ -65,6 +69,7 @@ class Verifier : public StepVerifier {
   Totals totals_;
   std::string error_;
   bool reported_wrong_ = false;
+  std::vector<uint64_t> step_hashes_;
 };
 
 }  // namespace arf::stress

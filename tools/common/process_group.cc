@@ -7,7 +7,7 @@
 
 #include "core/env_placement.h"
 
-namespace arf::bench {
+namespace arf {
 
 std::unique_ptr<ProcessGroup> ProcessGroup::from_env(double timeout_seconds, std::string* why) {
   why->clear();
@@ -27,7 +27,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::from_env(double timeout_seconds, std
   Result<ipc::Bootstrap> joined = ipc::Bootstrap::connect(
       derived, place.value().rank, place.value().world_size, timeout_seconds);
   if (!joined.is_ok()) {
-    *why = "the bench's host group: " + joined.status().message();
+    *why = "the tool's host group: " + joined.status().message();
     return nullptr;
   }
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(joined.take(), place.value().device));
@@ -77,4 +77,4 @@ std::vector<std::string> ProcessGroup::all_gather(const std::string& mine) {
   return out;
 }
 
-}  // namespace arf::bench
+}  // namespace arf

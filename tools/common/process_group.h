@@ -1,7 +1,7 @@
-// One rank of a multi-process run: arfusion-bench started by arfusion-run (one process per rank,
-// the ipc transport, as engines run). The rank processes need a host channel of their own for what
-// the in-process run shares through memory: barriers before timed regions, agreement after a
-// failure, and the per-rank results (times, check counts, output hashes) that rank 0 reports.
+// One rank of a multi-process run of a tool (arfusion-bench, arfusion-stress) started by
+// arfusion-run (one process per rank, the ipc transport, as engines run). The rank processes need a
+// host channel of their own for what an in-process run shares through memory: barriers before
+// timed regions, agreement after a failure, per-rank results (times, check counts, output hashes).
 // It is an ipc::Bootstrap keyed by an id DERIVED from the job's ARF_RENDEZVOUS_ID (the
 // communicator's own bootstrap listens under the id itself, so the two never meet).
 #pragma once
@@ -13,7 +13,7 @@
 
 #include "transport/ipc_bootstrap.h"
 
-namespace arf::bench {
+namespace arf {
 
 class ProcessGroup {
  public:
@@ -47,4 +47,4 @@ class ProcessGroup {
   std::string error_;
 };
 
-}  // namespace arf::bench
+}  // namespace arf
