@@ -2,7 +2,8 @@
 # One call on the GPU machine (the `device` tool): runs the requested stages against a build made
 # elsewhere (scripts/pack_for_device.sh: carry .devpack and `tar -xJf .devpack/build.tar.xz` first) and leaves logs and JSON in $OUT (default ./device_out), packed into
 # $OUT/results.tar.gz plus the short summaries. Stages: env gpu bench world1 allreduce (default: all),
-# quant quant7168 world1_quant (issue 3), profile, stress, soak, negative (issue 5), and multi (one GPU per rank on a multi-GPU machine: tests and TP
+# quant quant7168 world1_quant (issue 3), profile, stress, soak, negative (issue 5), procs (the tools as one
+# process per rank under arfusion-run), and multi (one GPU per rank on a multi-GPU machine: tests and TP
 # 2/4/8 sweeps).
 # Usage: bash scripts/device_run.sh [stage...]
 set -uo pipefail
@@ -113,6 +114,16 @@ for stage in "${stages[@]}"; do
         bounded ./build/arfusion-run -n "$n" --no-prefix -- ./build/arfusion-bench -a "$algos" \
           -J "$out/run/fused_tp${n}_procs.json" 2>&1 | tee "$out/run/fused_tp${n}_procs.txt" | tail -16
       done ;;
+    procs)
+      # One process per rank under arfusion-run (ipc transport): the refill soak, the fused sweep and
+      # a quant sweep; ranks on GPUs r % visible (2 processes time-slicing GPU 0 on a 1-GPU machine).
+      n=$((num_gpus > 1 ? num_gpus : 2))
+      bounded ./build/arfusion-run -n "$n" --no-prefix -- ./build/arfusion-stress --calls "${ARF_PROCS_CALLS:-20000}" \
+        --skew-us 50 --progress 30 -J "$out/run/stress_procs.json" 2>&1 | tee "$out/run/stress_procs.txt" | grep -E "^#|PASS|FAIL" | tail -12
+      bounded ./build/arfusion-run -n "$n" --no-prefix -- ./build/arfusion-bench -a auto,oneshot_lamport,oneshot_pull,twoshot,unfused \
+        -J "$out/run/fused_procs.json" 2>&1 | tee "$out/run/fused_procs.txt" | tail -16
+      bounded ./build/arfusion-run -n "$n" --no-prefix -- ./build/arfusion-bench --op quant --quant fp8_token,fp8_group \
+        --hidden 8192 -J "$out/run/quant_procs.json" 2>&1 | tee "$out/run/quant_procs.txt" | tail -12 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done
