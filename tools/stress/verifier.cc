@@ -8,6 +8,7 @@
 
 #include "calls.h"
 #include "cross_process.h"
+#include "output_hash.h"
 
 namespace arf::stress {
 
@@ -49,7 +50,7 @@ void Verifier::verify(const StepPipeline::Job& job) {
   local.graph_replays = job.spec.graph >= 0 ? 1 : 0;
   const std::vector<int64_t> offsets = step_output_offsets(job.spec, hidden, nullptr);
   std::vector<RankOutputs> outputs(static_cast<size_t>(world_));
-  uint64_t step_hash = 1469598103934665603ull;  // FNV-1a over every output word of the step
+  uint64_t step_hash = kOutputHashSeed;  // over every output word of the step (output_hash.h)
   for (size_t i = 0; i < job.spec.calls.size(); ++i) {
     const CallSpec& call = job.spec.calls[i];
     const int64_t n = call.tokens * hidden;
@@ -59,7 +60,7 @@ void Verifier::verify(const StepPipeline::Job& job) {
                                                        : RankOutputs{nullptr, base, base + n};
       if (!config_.record_step_hashes) continue;
       const int64_t words = call.pattern == arfPatternAllReduce ? n : 2 * n;
-      for (int64_t w = 0; w < words; ++w) step_hash = (step_hash ^ base[w]) * 1099511628211ull;
+      step_hash = hash_bytes(base, static_cast<size_t>(words) * sizeof(uint16_t), step_hash);
     }
     CallCheck check = check_call(call, (*config_.sets)[static_cast<size_t>(call.set)], hidden,
                                  config_.dtype, outputs);
