@@ -5,7 +5,7 @@
 #   sass_sizes.txt         code size of every kernel (instruction fetch matters at one token)
 #   ncu_<case>.txt         Nsight Compute details (launch stats, occupancy, warp states, memory)
 #   ncu_<case>_source.csv  per-SASS-instruction stall samples, when this ncu can print them
-# Cases: one token and 4096 tokens of residual_rmsnorm and of fp8 per-tensor / per-group at world 1,
+# Cases: one token and 4096 tokens of residual_rmsnorm and of fp8 per-tensor / per-token / per-group at world 1,
 # hidden 8192 bf16 (the rows of bench/results/2026-11-29-run3-2b0b6bb where targets were missed).
 # Usage: bash scripts/profile_kernels.sh [OUT_DIR]   (default: profile_out; needs ./build from
 # scripts/pack_for_device.sh or a local build). Clocks are left alone (--clock-control none), as
@@ -22,6 +22,12 @@ if command -v cuobjdump > /dev/null; then
   # "Function name:" lines followed by the .text size come from -elf; keep it short.
   cuobjdump -elf "$lib" 2>/dev/null | awk '/\.text\./ && /PROGBITS/ {print}' | c++filt \
     > "$out/sass_sizes.txt"
+  # The SASS of the world-1 hidden-8192 kernels profiled below (2 vectors per thread).
+  for k in ResidualRmsNormEpilogue ResidualRmsNormQuantEpilogue; do
+    cuobjdump -sass "$lib" 2>/dev/null | c++filt | awk -v k="$k" '
+      /Function :/ { keep = index($0, "oneshot_lamport_kernel<__nv_bfloat16, 1, arf::" k "<__nv_bfloat16, 2") > 0 }
+      keep' > "$out/sass_world1_$k.txt"
+  done
 else
   echo "profile_kernels: no cuobjdump here" > "$out/res_usage.txt"
 fi
@@ -45,6 +51,8 @@ for t in 1 4096; do
   profile "norm_t$t" "oneshot_lamport_kernel<.*ResidualRmsNormEpilogue<" --op epilogue --tokens "$t"
   profile "fp8_tensor_t$t" "oneshot_lamport_kernel<.*ResidualRmsNormQuantEpilogue<" --op quant \
     --quant fp8_tensor --tokens "$t"
+  profile "fp8_token_t$t" "oneshot_lamport_kernel<.*ResidualRmsNormQuantEpilogue<" --op quant \
+    --quant fp8_token --tokens "$t"
   profile "fp8_group_t$t" "oneshot_lamport_kernel<.*ResidualRmsNormQuantEpilogue<" --op quant \
     --quant fp8_group --tokens "$t"
 done

@@ -85,24 +85,25 @@ __device__ __forceinline__ float vec_amax(const RowSlice& s, const RowValues<kVe
   return a;
 }
 
-// e4m3 codes of vector k, each element divided by `scale` (quant_formats.h quantize_e4m3).
+// e4m3 codes of vector k, each element divided by the divisor's scale (quant_formats.h).
 template <typename T>
-__device__ __forceinline__ void fp8_codes(const uint4& v, float scale, uint8_t (&c)[8]) {
+__device__ __forceinline__ void fp8_codes(const uint4& v, const quant::E4m3Divisor& d, uint8_t (&c)[8]) {
   float y[8];
   unpack<T>(v, y);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) c[i] = quant::quantize_e4m3(y[i], scale);
+  for (int i = 0; i < 8; ++i) c[i] = quant::quantize_e4m3(y[i], d);
 }
 
 // e4m3 codes of every owned vector with one scale for the whole row (per-tensor, per-token).
 template <typename T, int kVecs>
 __device__ __forceinline__ void store_fp8_row(const KernelParams& p, const RowSlice& s,
                                               const RowValues<kVecs>& v, float scale) {
+  const quant::E4m3Divisor d = quant::e4m3_divisor(scale);
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
     if (!s.owns(k)) continue;
     uint8_t c[8];
-    fp8_codes<T>(v[k], scale, c);
+    fp8_codes<T>(v[k], d, c);
     store_fp8x8(p.quant_out, s.elem(k), c);
   }
 }
@@ -156,7 +157,7 @@ struct Fp8PerGroupQuant {
         scale = quant::decode_ue8m0(code);
       }
       uint8_t c[8];
-      fp8_codes<T>(v[k], scale, c);
+      fp8_codes<T>(v[k], quant::e4m3_divisor(scale), c);
       store_fp8x8(p.quant_out, s.elem(k), c);
       if (s.vec(k) % kGroupVecs == 0) store_scale(p, storage(p), s.row, s.vec(k) / kGroupVecs, cols, scale, code);
     }

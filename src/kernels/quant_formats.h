@@ -214,9 +214,14 @@ ARF_HD inline float ue8m0_reciprocal(uint8_t e) {
 // 110 = 2^-17 in UE8M0) and quantizes to zeros like any positive scale would. AITER uses 1.0 for a
 // zero group and FlashInfer's packed UE8M0 path clamps at 1e-10; only groups with amax < 2^-9 see a
 // difference, and for them ours does not use the full e4m3 range.
+//
+// An amax below 2^-10 is not divided (amax / 448 < 2^-18.8 is under the floor, 2^-17.8): the
+// device's IEEE division leaves its fast path for zero and subnormal numerators (see E4m3Divisor),
+// and all-zero rows and groups are common (padding rows).
 ARF_HD inline float fp8_dynamic_scale(float amax) {
-  const float s = div_rn(amax, kE4m3Max);
-  return s > kMinFp8Scale ? s : kMinFp8Scale;
+  const bool floored = amax < 0x1p-10f;
+  const float s = div_rn(floored ? 1.0f : amax, kE4m3Max);
+  return !floored && s > kMinFp8Scale ? s : kMinFp8Scale;
 }
 
 // UE8M0 variant (DeepGEMM/FlashInfer): the dynamic scale rounded UP to a power of two, so that
@@ -228,6 +233,33 @@ ARF_HD inline uint8_t fp8_dynamic_scale_ue8m0(float amax) {
 // One FP8 element: saturate(x / scale). Division, not multiplication by a reciprocal, because the
 // contract says norm / scale and the two differ in the last bit for non-power-of-two scales.
 ARF_HD inline uint8_t quantize_e4m3(float x, float scale) { return encode_e4m3_device(div_rn(x, scale)); }
+
+// quantize_e4m3 as the kernels run it: the divisor is prepared once per row or block, and an
+// element whose quotient is certainly below 2^-11 is not divided. Such a quotient rounds to the
+// signed zero code whatever its exact bits (e4m3's smallest subnormal is 2^-9; below 2^-10 rounds
+// to 0), and the sign of x / scale is the sign of x for a positive scale, so the code is the same
+// as quantize_e4m3's (tests/cpu/test_quant_formats.cc checks every bf16 and fp16 value against
+// many scales). Why: the device's IEEE division (__fdiv_rn) leaves its few-instruction fast path
+// for zero and subnormal numerators, and one such lane sends its whole warp through a long
+// subroutine with spills. Zeros and tiny values are ordinary in a norm's output (padding rows,
+// zero gamma entries); with 1 in 64 of them, the quantized epilogues ran ~28% of their
+// instructions in that subroutine (ncu, bench/results/2026-11-29-run7-fdbe9a3/README.md).
+struct E4m3Divisor {
+  float scale;
+  float sign_only_below;  // scale * 2^-11, or 0 (no shortcut) unless scale is a positive normal
+};
+
+ARF_HD inline E4m3Divisor e4m3_divisor(float scale) {
+  const bool positive_normal = scale >= 0x1p-126f && scale <= 0x1.fffffep127f;  // false for NaN
+  return {scale, positive_normal ? mul_rn(scale, 0x1p-11f) : 0.0f};
+}
+
+ARF_HD inline uint8_t quantize_e4m3(float x, const E4m3Divisor& d) {
+  const uint32_t u = float_to_bits(x);
+  const bool sign_only = bits_to_float(u & 0x7FFFFFFFu) < d.sign_only_below;  // false for NaN
+  const float q = div_rn(sign_only ? 1.0f : x, d.scale);  // a select, not a branch: no divergence
+  return sign_only ? static_cast<uint8_t>((u >> 24) & 0x80u) : encode_e4m3_device(q);
+}
 
 // NVFP4 block of 16 (TRT-LLM/FlashInfer cvt_warp_fp16_to_fp4 recipe, with exact IEEE operations
 // where they use rcp.approx): with the fp32 global scale gs (typically 448 * 6 / tensor amax),
@@ -243,9 +275,11 @@ struct Nvfp4BlockScale {
 
 ARF_HD inline Nvfp4BlockScale nvfp4_block_scale(float amax, float global_scale) {
   Nvfp4BlockScale s;
-  s.sf = encode_e4m3(mul_rn(div_rn(amax, kE2m1Max), global_scale));
+  // Zero is not divided (the division's slow path, see E4m3Divisor): +-0 / 6 is +-0.
+  const float amax_over_max = amax == 0.0f ? amax : div_rn(amax == 0.0f ? 1.0f : amax, kE2m1Max);
+  s.sf = encode_e4m3(mul_rn(amax_over_max, global_scale));
   const float sf = decode_e4m3(s.sf);
-  s.mult = sf == 0.0f ? 0.0f : div_rn(global_scale, sf);
+  s.mult = sf == 0.0f ? 0.0f : div_rn(global_scale, sf == 0.0f ? 1.0f : sf);
   return s;
 }
 

@@ -201,7 +201,12 @@ struct ResidualRmsNormEpilogue : NoScalePadding {
       }
     }
     const float total = block_sum(sum_sq);
-    const float scale = rsqrtf(__fdiv_rn(total, static_cast<float>(s.row_len)) + p.eps);
+    // A zero sum (an all-zero row: padding) is not divided: __fdiv_rn's slow path for a zero
+    // numerator costs every warp of the CTA a long subroutine; 0 / n is +0 all the same.
+    const bool zero_row = total == 0.0f;
+    const float mean_sq =
+        zero_row ? 0.0f : __fdiv_rn(zero_row ? 1.0f : total, static_cast<float>(s.row_len));
+    const float scale = rsqrtf(mean_sq + p.eps);
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       if (!s.owns(k)) continue;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "kernels/quant_formats.h"
 #include "reference/cpu_reference.h"
@@ -306,6 +307,89 @@ TEST(ScaleRules, QuantizeE4m3DividesBeforeEncoding) {
   const float x = 0x1.26p+0f, s = 0x1.14b4b4p+6f;
   EXPECT_EQ(quantize_e4m3(x, s), 0x08);
   EXPECT_EQ(encode_e4m3(x * (1.0f / s)), 0x09);
+}
+
+// Every bf16 and fp16 value (the norm's dtype values the kernels quantize) as a float.
+std::vector<float> every_16_bit_value() {
+  std::vector<float> values;
+  values.reserve(2u << 16);
+  for (uint32_t b = 0; b < (1u << 16); ++b) {
+    values.push_back(ref::bf16_to_float(static_cast<uint16_t>(b)));
+    values.push_back(ref::fp16_to_float(static_cast<uint16_t>(b)));
+  }
+  return values;
+}
+
+// The kernels' forms of the scale rules skip dividing zeros and tiny values (the device division's
+// slow path); each must give the bits of the plain rule for every input.
+TEST(ScaleRules, Fp8DynamicScaleEqualsTheFlooredQuotient) {
+  const auto plain = [](float amax) {
+    const float s = div_rn(amax, kE4m3Max);
+    return s > kMinFp8Scale ? s : kMinFp8Scale;
+  };
+  int64_t mismatches = 0;
+  const auto check = [&](float amax) {
+    if (float_to_bits(fp8_dynamic_scale(amax)) != float_to_bits(plain(amax)) && ++mismatches < 5) {
+      ADD_FAILURE() << "amax " << amax << " (bits 0x" << std::hex << float_to_bits(amax) << ")";
+    }
+  };
+  for (const float amax : every_16_bit_value()) check(amax);
+  for_each_probe([&](uint32_t u) { check(bits_to_float(u)); });
+  for (const float amax :
+       {0.0f, -0.0f, 0x1p-10f, down(0x1p-10f), up(0x1p-10f), 0x1p-9f, up(0x1p-9f), kInf, kNan}) {
+    check(amax);
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(ScaleRules, E4m3DivisorGivesTheCodesOfTheDivision) {
+  const std::vector<float> xs = every_16_bit_value();
+  // Dynamic scales (every 61st bf16 / fp16 amax), their edges, and per-tensor scales a caller
+  // may pass (any float: subnormal, zero, negative, infinite, NaN).
+  std::vector<float> scales;
+  for (size_t i = 0; i < xs.size(); i += 61) scales.push_back(fp8_dynamic_scale(std::fabs(xs[i])));
+  for (const float s : {kMinFp8Scale, up(kMinFp8Scale), 1.0f, 0x1p-7f, 448.0f, 0.0123f, 3.0e5f,
+                        0x1p-126f, up(0x1p-126f), down(0x1p-126f), 0x1p-149f, 0x1p+120f,
+                        std::numeric_limits<float>::max(), 0.0f, -0.0f, -1.0f, kInf, kNan}) {
+    scales.push_back(s);
+  }
+  uint64_t state = 7;
+  for (int i = 0; i < 64; ++i) {
+    scales.push_back(bits_to_float(static_cast<uint32_t>(splitmix64(&state))));
+  }
+  int64_t mismatches = 0, shortcuts = 0;
+  for (const float s : scales) {
+    const E4m3Divisor d = e4m3_divisor(s);
+    for (const float x : xs) {
+      shortcuts += std::fabs(x) < d.sign_only_below;
+      if (quantize_e4m3(x, d) != quantize_e4m3(x, s) && ++mismatches < 5) {
+        ADD_FAILURE() << "x " << x << " scale " << s;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_GT(shortcuts, int64_t{1} << 20);  // the shortcut is taken, so the comparison means something
+}
+
+TEST(ScaleRules, Nvfp4BlockScaleEqualsThePlainRule) {
+  const auto plain = [](float amax, float gs) {
+    Nvfp4BlockScale s;
+    s.sf = encode_e4m3(mul_rn(div_rn(amax, kE2m1Max), gs));
+    const float sf = decode_e4m3(s.sf);
+    s.mult = sf == 0.0f ? 0.0f : div_rn(gs, sf);
+    return s;
+  };
+  int64_t mismatches = 0;
+  for (const float gs : {1.0f, 224.0f, 448.0f * 6.0f / 0.37f, 0x1p-100f, 0.0f, kInf, kNan}) {
+    for (const float x : every_16_bit_value()) {
+      const float amax = std::fabs(x);
+      const Nvfp4BlockScale a = nvfp4_block_scale(amax, gs), b = plain(amax, gs);
+      if ((a.sf != b.sf || float_to_bits(a.mult) != float_to_bits(b.mult)) && ++mismatches < 5) {
+        ADD_FAILURE() << "amax " << amax << " gs " << gs;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
 }
 
 TEST(ScaleRules, Nvfp4BlockScale) {
