@@ -5,11 +5,13 @@
 #   sass_sizes.txt         code size of every kernel (instruction fetch matters at one token)
 #   ncu_<case>.txt         Nsight Compute details (launch stats, occupancy, warp states, memory)
 #   ncu_<case>_source.csv  per-SASS-instruction stall samples, when this ncu can print them
-# Cases: one token and 4096 tokens of residual_rmsnorm and of fp8 per-tensor / per-token / per-group at world 1,
-# hidden 8192 bf16 (the rows of bench/results/2026-11-29-run3-2b0b6bb where targets were missed).
+#   sass_world1_*.txt      SASS of the world-1 kernels profiled (hidden 8192: 2 vectors per thread)
+# Cases: one token and 4096 tokens of residual_rmsnorm and of fp8 per-tensor / per-token /
+# per-group at world 1, hidden 8192 bf16 (bench/results/2026-11-29-run3-2b0b6bb, run7-fdbe9a3).
 # Usage: bash scripts/profile_kernels.sh [OUT_DIR]   (default: profile_out; needs ./build from
 # scripts/pack_for_device.sh or a local build). Clocks are left alone (--clock-control none), as
-# METHOD.md asks. Takes about a minute.
+# METHOD.md asks. Takes about two minutes. Everything ends up in OUT_DIR.tar.gz (the folder is
+# removed): the device tool returns only a few files per call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-profile_out}
@@ -22,10 +24,11 @@ if command -v cuobjdump > /dev/null; then
   # "Function name:" lines followed by the .text size come from -elf; keep it short.
   cuobjdump -elf "$lib" 2>/dev/null | awk '/\.text\./ && /PROGBITS/ {print}' | c++filt \
     > "$out/sass_sizes.txt"
-  # The SASS of the world-1 hidden-8192 kernels profiled below (2 vectors per thread).
   for k in ResidualRmsNormEpilogue ResidualRmsNormQuantEpilogue; do
     cuobjdump -sass "$lib" 2>/dev/null | c++filt | awk -v k="$k" '
-      /Function :/ { keep = index($0, "oneshot_lamport_kernel<__nv_bfloat16, 1, arf::" k "<__nv_bfloat16, 2") > 0 }
+      /Function :/ {
+        keep = index($0, "oneshot_lamport_kernel<__nv_bfloat16, 1, arf::" k "<__nv_bfloat16, 2") > 0
+      }
       keep' > "$out/sass_world1_$k.txt"
   done
 else
@@ -57,4 +60,6 @@ for t in 1 4096; do
     --quant fp8_group --tokens "$t"
 done
 rm -f "$out"/*.ncu-rep  # large; the text pages above hold what is needed
+tar -czf "$out.tar.gz" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out"
+echo "profile_kernels: $out.tar.gz"
 exit 0
