@@ -24,13 +24,17 @@ if command -v cuobjdump > /dev/null; then
   # "Function name:" lines followed by the .text size come from -elf; keep it short.
   cuobjdump -elf "$lib" 2>/dev/null | awk '/\.text\./ && /PROGBITS/ {print}' | c++filt \
     > "$out/sass_sizes.txt"
-  for k in ResidualRmsNormEpilogue ResidualRmsNormQuantEpilogue; do
-    cuobjdump -sass "$lib" 2>/dev/null | c++filt | awk -v k="$k" '
-      /Function :/ {
-        keep = index($0, "oneshot_lamport_kernel<__nv_bfloat16, 1, arf::" k "<__nv_bfloat16, 2") > 0
+  # One disassembly of the whole library, split by epilogue type.
+  cuobjdump -sass "$lib" 2>/dev/null | c++filt | awk -v out="$out" '
+    BEGIN { n = split("ResidualRmsNormEpilogue ResidualRmsNormQuantEpilogue", kinds, " ") }
+    /Function :/ {
+      file = ""
+      for (i = 1; i <= n; ++i) {
+        if (index($0, "oneshot_lamport_kernel<__nv_bfloat16, 1, arf::" kinds[i] "<__nv_bfloat16, 2") > 0)
+          file = out "/sass_world1_" kinds[i] ".txt"
       }
-      keep' > "$out/sass_world1_$k.txt"
-  done
+    }
+    file != "" { print > file }'
 else
   echo "profile_kernels: no cuobjdump here" > "$out/res_usage.txt"
 fi
