@@ -95,13 +95,14 @@ if(NOT ARF_BUILD_NEGATIVE_CONTROLS)
   return()
 endif()
 
-# A copy of the `arfusion` target (sources, include paths, options, links) plus compile
+# A copy of the library's compile target arfusion_objects (CMakeLists.txt: the sources, include
+# paths, options and links of `arfusion`) plus compile
 # definitions; reading the properties keeps the variants in step with CMakeLists.txt. Variants
 # carry the bf16 kernels of the unquantized patterns only (ARF_DIAGNOSTIC_KERNEL_SUBSET, launch.cu:
 # the rest is refused before launch): all arfusion-stress drives, a fifth of the compile time and
 # small enough to ship to a GPU machine. Shared like the main library when ARF_SHARED is on.
 function(arf_add_library_variant name)
-  get_target_property(sources arfusion SOURCES)
+  get_target_property(sources arfusion_objects SOURCES)
   list(FILTER sources EXCLUDE REGEX "instantiate_fp16_|_quant\\.cu$")
   if(ARF_SHARED)
     add_library(${name} SHARED ${sources})
@@ -111,7 +112,7 @@ function(arf_add_library_variant name)
   foreach(property INCLUDE_DIRECTORIES COMPILE_OPTIONS COMPILE_DEFINITIONS LINK_LIBRARIES
                    INTERFACE_INCLUDE_DIRECTORIES INTERFACE_LINK_LIBRARIES
                    CUDA_SEPARABLE_COMPILATION)
-    get_target_property(value arfusion ${property})
+    get_target_property(value arfusion_objects ${property})
     if(NOT value STREQUAL "value-NOTFOUND")
       set_property(TARGET ${name} PROPERTY ${property} "${value}")
     endif()
