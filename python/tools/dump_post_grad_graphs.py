@@ -190,7 +190,7 @@ def main() -> int:
     eps = 1e-6
 
     def make_variants(dtype, tag):
-        H, T = args.hidden, args.tokens
+        H = args.hidden
         w = torch.randn(H, dtype=dtype, device=device)
         lin = torch.nn.Linear(H, H, bias=False, device=device, dtype=dtype)
         llama = LlamaRMSNorm(H, eps, dtype)

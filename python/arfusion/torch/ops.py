@@ -1,0 +1,443 @@
+"""The ``torch.ops.arfusion`` operators (registered when this module is imported).
+
+Every op names its communicator by a string (the registry name of an
+``arfusion.torch.Communicator``: compiled graphs are cached and reloaded by other processes, so
+they never hold a pointer), runs on the current CUDA stream and is collective: every rank of the
+communicator must call it with the same shape, in the same order. Inputs must be on the
+communicator's device; tensors written in place must be contiguous (read-only inputs of the
+out-of-place ops are made contiguous). Arguments are in the header's vocabulary:
+
+  norm_rounding  "once" (arfNormRoundOnce, default: round(y * s * w), one rounding; Gemma, TRT-LLM)
+                 | "before_weight" (arfNormRoundBeforeWeight: round(round(y * s) * w), vLLM/SGLang
+                 rms_norm and Hugging Face LlamaRMSNorm's `weight * x.to(dtype)`)
+  algorithm      "auto" | "oneshot_lamport" | "oneshot_pull" | "twoshot" | "unfused" | "nccl"
+  quant          "fp8_per_tensor" (static: `scale` = fp32 dequant scale, 1 element)
+                 | "fp8_per_token" | "fp8_per_group" (1x128) | "nvfp4" (`scale` = fp32 global
+                 scale, 1 element) | "mxfp4"
+  scale_layout   "row_major" | "mn_major" (fp8_per_group) | "swizzled_128x4" (nvfp4, mxfp4)
+  scale_format   "fp32" | "ue8m0_as_fp32" | "ue8m0_packed" (fp8_per_group only)
+  fallback       0 auto, 1 / 2 / 3 kernels (quantized patterns; arfFallbackLevel_t)
+
+Ops (T = input.numel() // H rows, H = input.shape[-1]):
+
+  fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps, str comm,
+                     bool gamma_plus_one=False, str norm_rounding="once", str algorithm="auto") -> ()
+      in place, the engines' fused_add_rms_norm convention: residual := all_reduce(input) +
+      residual; input := RMSNorm(residual) * weight.
+  fused_add_rms_norm_out(Tensor input, Tensor? residual, Tensor weight, float eps, str comm, ...)
+      -> (norm_out, residual_out); residual None (first layer): residual_out = all_reduce(input).
+  fused_add_rms_norm_quant(Tensor input, Tensor? residual, Tensor weight, Tensor? scale,
+                     float eps, str comm, str quant, str scale_layout="row_major",
+                     str scale_format="fp32", bool with_norm=False, bool gamma_plus_one=False,
+                     str norm_rounding="once", str algorithm="auto", int fallback=0)
+      -> (quant_out, scale_out, residual_out, norm_out). quant_out: float8_e4m3fn [..., H] (FP8)
+      or uint8 [..., H/2] (packed e2m1, even element in the low nibble). scale_out (every byte of
+      arfScaleBufferBytes, padding included):
+        fp8_per_tensor  float32 [0] (nothing written; the scale is the input `scale`)
+        fp8_per_token   float32 [T, 1]
+        fp8_per_group   row_major: float32 [T, H/128] (fp32, ue8m0_as_fp32) or uint8 [T, H/128]
+                        (ue8m0_packed); mn_major: float32 [H/128, Tp] or uint8
+                        [ceil(H/512), 4 * Tp] (4 codes per 32-bit word along K; .view(torch.int32)
+                        gives DeepGEMM's [ceil(H/512), Tp]); Tp = round_up(T, 4). The logical
+                        [T, H/128] view of an MN-major fp32 buffer is scale_out.t()[:T].
+        nvfp4           float8_e4m3fn [T, H/16] (row_major) or [round_up(T,128), round_up(H/16,4)]
+                        (swizzled_128x4)
+        mxfp4           uint8 (UE8M0) [T, H/32] or [round_up(T,128), round_up(H/32,4)]
+      norm_out: [..., H] in the activation dtype when with_norm, else an empty [0] tensor.
+  all_reduce(Tensor input, str comm) -> Tensor          (sum over ranks, fp32 in rank order)
+  all_reduce_(Tensor(a!) input, str comm) -> ()         (in place)
+
+After every call the communicator's asynchronous error is read (no synchronization); a failure of
+the call or an earlier asynchronous error raises arfusion.ArfError (status name, message, first
+lost call).
+"""
+
+from __future__ import annotations
+
+import torch
+
+import arfusion as _arf
+from arfusion._lib import ArfError, Pattern, Status
+
+from ._comm import get_communicator
+
+NAMESPACE = "arfusion"
+
+QUANT_PATTERNS = {
+    None: Pattern.ResidualRmsNorm,
+    "none": Pattern.ResidualRmsNorm,
+    "fp8_per_tensor": Pattern.ResidualRmsNormFp8PerTensor,
+    "fp8_per_token": Pattern.ResidualRmsNormFp8PerToken,
+    "fp8_per_group": Pattern.ResidualRmsNormFp8PerGroup,
+    "nvfp4": Pattern.ResidualRmsNormNvfp4,
+    "mxfp4": Pattern.ResidualRmsNormMxfp4,
+}
+SCALE_LAYOUTS = {"row_major": 0, "mn_major": 1, "swizzled_128x4": 2}
+SCALE_FORMATS = {"fp32": 0, "ue8m0_as_fp32": 1, "ue8m0_packed": 2}
+NORM_ROUNDINGS = {"once": 0, "before_weight": 1}
+_algorithms: dict[str, int] = {}
+
+
+def _choice(table: dict, value, what: str) -> int:
+    try:
+        return int(table[value])
+    except KeyError:
+        known = ", ".join(repr(k) for k in table if k is not None)
+        raise ValueError(f"arfusion: unknown {what} {value!r} (one of {known})") from None
+
+
+def quant_pattern(quant) -> Pattern:
+    return Pattern(_choice(QUANT_PATTERNS, quant, "quant"))
+
+
+def scale_layout_value(name: str) -> int:
+    return _choice(SCALE_LAYOUTS, name, "scale_layout")
+
+
+def scale_format_value(name: str) -> int:
+    return _choice(SCALE_FORMATS, name, "scale_format")
+
+
+def norm_rounding_value(name: str) -> int:
+    return _choice(NORM_ROUNDINGS, name, "norm_rounding")
+
+
+def algorithm_value(name: str) -> int:
+    v = _algorithms.get(name)
+    if v is None:
+        try:
+            v = int(_arf.algorithm_from_name(name))
+        except ArfError:
+            raise ValueError(f"arfusion: unknown algorithm {name!r} (auto, oneshot_lamport, "
+                             "oneshot_pull, twoshot, unfused, nccl)") from None
+        _algorithms[name] = v
+    return v
+
+
+def _ceil_div(a, b):
+    return (a + b - 1) // b
+
+
+def _round_up(a, b):
+    return _ceil_div(a, b) * b
+
+
+_QUANT_BLOCK = {"fp8_per_group": 128, "nvfp4": 16, "mxfp4": 32}
+
+
+def quant_output_spec(quant: str, scale_layout: str, scale_format: str, rows, hidden,
+                      lead_shape) -> tuple:
+    """(quant_out shape, dtype, scale_out shape, dtype) of fused_add_rms_norm_quant; works on
+    SymInts (fake tensors) too. Raises ValueError for combinations the library refuses."""
+    quant_pattern(quant)
+    if quant is None or quant == "none":
+        raise ValueError("arfusion: fused_add_rms_norm_quant needs a quant format")
+    layout = scale_layout_value(scale_layout)
+    fmt = scale_format_value(scale_format)
+    block = _QUANT_BLOCK.get(quant)
+    if block is not None and hidden % block != 0:
+        raise ValueError(f"arfusion: {quant} needs hidden % {block} == 0 (hidden {hidden})")
+    if fmt != 0 and quant != "fp8_per_group":
+        raise ValueError(f"arfusion: scale_format {scale_format!r} is for fp8_per_group only")
+    if layout == 1 and quant != "fp8_per_group":
+        raise ValueError("arfusion: scale_layout 'mn_major' is for fp8_per_group only")
+    if layout == 2 and quant not in ("nvfp4", "mxfp4"):
+        raise ValueError("arfusion: scale_layout 'swizzled_128x4' is for nvfp4 / mxfp4 only")
+    if quant.startswith("fp8"):
+        q_shape, q_dtype = tuple(lead_shape) + (hidden,), torch.float8_e4m3fn
+    else:
+        q_shape, q_dtype = tuple(lead_shape) + (hidden // 2,), torch.uint8
+    if quant == "fp8_per_tensor":
+        s_shape, s_dtype = (0,), torch.float32
+    elif quant == "fp8_per_token":
+        s_shape, s_dtype = (rows, 1), torch.float32
+    elif quant == "fp8_per_group":
+        cols = hidden // 128
+        packed = fmt == 2
+        if layout == 0:
+            s_shape, s_dtype = (rows, cols), (torch.uint8 if packed else torch.float32)
+        else:
+            tp = _round_up(rows, 4)
+            s_shape, s_dtype = ((_ceil_div(cols, 4), 4 * tp), torch.uint8) if packed else \
+                ((cols, tp), torch.float32)
+    else:
+        cols = hidden // block
+        s_dtype = torch.float8_e4m3fn if quant == "nvfp4" else torch.uint8
+        s_shape = (rows, cols) if layout == 0 else (_round_up(rows, 128), _round_up(cols, 4))
+    return q_shape, q_dtype, s_shape, s_dtype
+
+
+# ---- checks shared by the real and fake implementations ------------------------------------------
+
+
+def _rows_hidden(input: torch.Tensor):
+    if input.dim() < 1:
+        raise ValueError("arfusion: input must have at least one dimension (the hidden size last)")
+    hidden = input.shape[-1]
+    rows = input.numel() // hidden if hidden != 0 else 0
+    return rows, hidden
+
+
+def _check_common(input, residual, weight, what: str):
+    rows, hidden = _rows_hidden(input)
+    if residual is not None:
+        if residual.shape != input.shape:
+            raise ValueError(f"arfusion.{what}: residual shape {tuple(residual.shape)} != input "
+                             f"shape {tuple(input.shape)}")
+        if residual.dtype != input.dtype:
+            raise ValueError(f"arfusion.{what}: residual dtype {residual.dtype} != input dtype "
+                             f"{input.dtype}")
+    if weight.dim() != 1 or weight.shape[0] != hidden:
+        raise ValueError(f"arfusion.{what}: weight must be 1-D of the hidden size {hidden}, got "
+                         f"shape {tuple(weight.shape)}")
+    if weight.dtype not in (input.dtype, torch.float32):
+        raise ValueError(f"arfusion.{what}: weight dtype {weight.dtype} must be the input's "
+                         f"({input.dtype}) or torch.float32")
+    return rows, hidden
+
+
+def _on_device(comm, what: str, **tensors):
+    for name, t in tensors.items():
+        if t is not None and t.device != comm.device:
+            raise ValueError(f"arfusion.{what}: {name} is on {t.device}, the communicator "
+                             f"{comm.name!r} on {comm.device}")
+
+
+def _args(comm, pattern: int, hidden: int, weight_dtype, gamma_plus_one: bool, eps: float,
+          norm_rounding: str, algorithm: str, scale_layout: int = 0, scale_format: int = 0,
+          fallback: int = 0) -> _arf.arfFusedArgs_t:
+    key = (pattern, hidden, weight_dtype, bool(gamma_plus_one), float(eps), norm_rounding,
+           algorithm, scale_layout, scale_format, fallback)
+    args = comm.cached_args(key)
+    if args is None:
+        args = comm.shape_args(pattern, hidden, 0, gamma_dtype=weight_dtype,
+                               gamma_plus_one=gamma_plus_one, eps=eps,
+                               norm_rounding=norm_rounding_value(norm_rounding),
+                               algorithm=algorithm_value(algorithm), scale_layout=scale_layout,
+                               scale_format=scale_format, fallback=fallback)
+        comm.store_args(key, args)
+    return args
+
+
+def _set_pointers(args, *, num_tokens, input, allreduce_out=None, residual_in=None,
+                  residual_out=None, norm_out=None, gamma=None, quant_out=None, scale_out=None,
+                  scale_in=None) -> None:
+    args.num_tokens = num_tokens
+    args.input = input
+    args.allreduce_out = allreduce_out
+    args.residual_in = residual_in
+    args.residual_out = residual_out
+    args.norm_out = norm_out
+    args.gamma = gamma
+    args.quant_out = quant_out
+    args.scale_out = scale_out
+    args.scale_in = scale_in
+
+
+def _ptr(t):
+    return None if t is None else t.data_ptr()
+
+
+# ---- implementations -----------------------------------------------------------------------------
+
+
+def _fused_add_rms_norm(input, residual, weight, eps, comm, gamma_plus_one=False,
+                        norm_rounding="once", algorithm="auto"):
+    c = get_communicator(comm)
+    rows, hidden = _check_common(input, residual, weight, "fused_add_rms_norm")
+    _on_device(c, "fused_add_rms_norm", input=input, residual=residual, weight=weight)
+    if not (input.is_contiguous() and residual.is_contiguous()):
+        raise ValueError("arfusion.fused_add_rms_norm: input and residual are written in place "
+                         "and must be contiguous")
+    if rows == 0:
+        return
+    weight = weight.contiguous()
+    args = _args(c, Pattern.ResidualRmsNorm, hidden, weight.dtype, gamma_plus_one, eps,
+                 norm_rounding, algorithm)
+    x, r = input.data_ptr(), residual.data_ptr()
+    _set_pointers(args, num_tokens=rows, input=x, residual_in=r, residual_out=r, norm_out=x,
+                  gamma=weight.data_ptr())
+    c.launch_fused(args)
+
+
+def _fused_add_rms_norm_fake(input, residual, weight, eps, comm, gamma_plus_one=False,
+                             norm_rounding="once", algorithm="auto"):
+    _check_common(input, residual, weight, "fused_add_rms_norm")
+    return None
+
+
+def _fused_add_rms_norm_out(input, residual, weight, eps, comm, gamma_plus_one=False,
+                            norm_rounding="once", algorithm="auto"):
+    c = get_communicator(comm)
+    rows, hidden = _check_common(input, residual, weight, "fused_add_rms_norm_out")
+    _on_device(c, "fused_add_rms_norm_out", input=input, residual=residual, weight=weight)
+    norm = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    res_out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    if rows == 0:
+        return norm, res_out
+    input = input.contiguous()
+    residual = residual.contiguous() if residual is not None else None
+    weight = weight.contiguous()
+    args = _args(c, Pattern.ResidualRmsNorm, hidden, weight.dtype, gamma_plus_one, eps,
+                 norm_rounding, algorithm)
+    _set_pointers(args, num_tokens=rows, input=input.data_ptr(), residual_in=_ptr(residual),
+                  residual_out=res_out.data_ptr(), norm_out=norm.data_ptr(),
+                  gamma=weight.data_ptr())
+    c.launch_fused(args)
+    return norm, res_out
+
+
+def _fused_add_rms_norm_out_fake(input, residual, weight, eps, comm, gamma_plus_one=False,
+                                 norm_rounding="once", algorithm="auto"):
+    _check_common(input, residual, weight, "fused_add_rms_norm_out")
+    return input.new_empty(input.shape), input.new_empty(input.shape)
+
+
+def _quant_outputs(input, quant, scale_layout, scale_format, with_norm, alloc):
+    rows, hidden = _rows_hidden(input)
+    q_shape, q_dtype, s_shape, s_dtype = quant_output_spec(quant, scale_layout, scale_format, rows,
+                                                           hidden, input.shape[:-1])
+    q = alloc(q_shape, q_dtype)
+    s = alloc(s_shape, s_dtype)
+    res_out = alloc(tuple(input.shape), input.dtype)
+    norm = alloc(tuple(input.shape) if with_norm else (0,), input.dtype)
+    return q, s, res_out, norm
+
+
+def _check_scale_in(quant, scale):
+    needs = quant in ("fp8_per_tensor", "nvfp4")
+    if needs:
+        if scale is None:
+            raise ValueError(f"arfusion.fused_add_rms_norm_quant: {quant} needs `scale` (a float32 "
+                             "device tensor of one element)")
+        if scale.dtype != torch.float32 or scale.numel() != 1:
+            raise ValueError("arfusion.fused_add_rms_norm_quant: `scale` must be a float32 tensor "
+                             f"of one element, got {scale.dtype} with {scale.numel()} elements")
+    elif scale is not None:
+        raise ValueError(f"arfusion.fused_add_rms_norm_quant: {quant} takes no input `scale`")
+
+
+def _fused_add_rms_norm_quant(input, residual, weight, scale, eps, comm, quant,
+                              scale_layout="row_major", scale_format="fp32", with_norm=False,
+                              gamma_plus_one=False, norm_rounding="once", algorithm="auto",
+                              fallback=0):
+    c = get_communicator(comm)
+    rows, hidden = _check_common(input, residual, weight, "fused_add_rms_norm_quant")
+    _check_scale_in(quant, scale)
+    _on_device(c, "fused_add_rms_norm_quant", input=input, residual=residual, weight=weight,
+               scale=scale)
+    dev = input.device
+    q, s, res_out, norm = _quant_outputs(
+        input, quant, scale_layout, scale_format, with_norm,
+        lambda shape, dtype: torch.empty(shape, dtype=dtype, device=dev))
+    if rows == 0:
+        return q, s, res_out, norm
+    pattern = quant_pattern(quant)
+    layout, fmt = scale_layout_value(scale_layout), scale_format_value(scale_format)
+    expected = _arf.scale_buffer_bytes(pattern, layout, fmt, rows, hidden)
+    if s.numel() * s.element_size() != expected:
+        raise ArfError(Status.Internal, f"scale_out of {s.numel() * s.element_size()} bytes, "
+                       f"arfScaleBufferBytes says {expected} ({quant}, {scale_layout}, "
+                       f"{scale_format}, T={rows}, H={hidden})", "fused_add_rms_norm_quant",
+                       comm_name=comm)
+    input = input.contiguous()
+    residual = residual.contiguous() if residual is not None else None
+    weight = weight.contiguous()
+    args = _args(c, pattern, hidden, weight.dtype, gamma_plus_one, eps, norm_rounding, algorithm,
+                 layout, fmt, int(fallback))
+    _set_pointers(args, num_tokens=rows, input=input.data_ptr(), residual_in=_ptr(residual),
+                  residual_out=res_out.data_ptr(), norm_out=norm.data_ptr() if with_norm else None,
+                  gamma=weight.data_ptr(), quant_out=q.data_ptr(),
+                  scale_out=s.data_ptr() if expected else None, scale_in=_ptr(scale))
+    c.launch_fused(args)
+    return q, s, res_out, norm
+
+
+def _fused_add_rms_norm_quant_fake(input, residual, weight, scale, eps, comm, quant,
+                                   scale_layout="row_major", scale_format="fp32", with_norm=False,
+                                   gamma_plus_one=False, norm_rounding="once", algorithm="auto",
+                                   fallback=0):
+    _check_common(input, residual, weight, "fused_add_rms_norm_quant")
+    _check_scale_in(quant, scale)
+    return _quant_outputs(input, quant, scale_layout, scale_format, with_norm,
+                          lambda shape, dtype: input.new_empty(shape, dtype=dtype))
+
+
+def _all_reduce(input, comm):
+    c = get_communicator(comm)
+    _on_device(c, "all_reduce", input=input)
+    out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    if input.numel() == 0:
+        return out
+    input = input.contiguous()
+    c.launch_all_reduce(input.data_ptr(), out.data_ptr(), input.numel())
+    return out
+
+
+def _all_reduce_fake(input, comm):
+    return input.new_empty(input.shape)
+
+
+def _all_reduce_(input, comm):
+    c = get_communicator(comm)
+    _on_device(c, "all_reduce_", input=input)
+    if not input.is_contiguous():
+        raise ValueError("arfusion.all_reduce_: the input is written in place and must be contiguous")
+    if input.numel() == 0:
+        return
+    c.launch_all_reduce(input.data_ptr(), input.data_ptr(), input.numel())
+
+
+def _all_reduce__fake(input, comm):
+    return None
+
+
+# ---- registration --------------------------------------------------------------------------------
+
+SCHEMAS = {
+    "fused_add_rms_norm":
+        "fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps, "
+        "str comm, bool gamma_plus_one=False, str norm_rounding=\"once\", "
+        "str algorithm=\"auto\") -> ()",
+    "fused_add_rms_norm_out":
+        "fused_add_rms_norm_out(Tensor input, Tensor? residual, Tensor weight, float eps, "
+        "str comm, bool gamma_plus_one=False, str norm_rounding=\"once\", "
+        "str algorithm=\"auto\") -> (Tensor, Tensor)",
+    "fused_add_rms_norm_quant":
+        "fused_add_rms_norm_quant(Tensor input, Tensor? residual, Tensor weight, Tensor? scale, "
+        "float eps, str comm, str quant, str scale_layout=\"row_major\", "
+        "str scale_format=\"fp32\", bool with_norm=False, bool gamma_plus_one=False, "
+        "str norm_rounding=\"once\", str algorithm=\"auto\", int fallback=0) "
+        "-> (Tensor, Tensor, Tensor, Tensor)",
+    "all_reduce": "all_reduce(Tensor input, str comm) -> Tensor",
+    "all_reduce_": "all_reduce_(Tensor(a!) input, str comm) -> ()",
+}
+_IMPLS = {
+    "fused_add_rms_norm": (_fused_add_rms_norm, _fused_add_rms_norm_fake),
+    "fused_add_rms_norm_out": (_fused_add_rms_norm_out, _fused_add_rms_norm_out_fake),
+    "fused_add_rms_norm_quant": (_fused_add_rms_norm_quant, _fused_add_rms_norm_quant_fake),
+    "all_reduce": (_all_reduce, _all_reduce_fake),
+    "all_reduce_": (_all_reduce_, _all_reduce__fake),
+}
+
+
+def _register():
+    lib = torch.library.Library(NAMESPACE, "FRAGMENT")
+    for name, schema in SCHEMAS.items():
+        impl, fake = _IMPLS[name]
+        lib.define(schema)
+        lib.impl(name, impl, "CUDA")
+        torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=lib)
+    return lib
+
+
+_LIBRARY = _register()  # kept alive for the process: dropping it would unregister the ops
+
+
+def op(name: str):
+    """The OpOverload torch.ops.arfusion.<name>.default."""
+    return getattr(torch.ops.arfusion, name).default
+
+
+__all__ = ["SCHEMAS", "op", "quant_output_spec", "quant_pattern", "QUANT_PATTERNS",
+           "SCALE_LAYOUTS", "SCALE_FORMATS", "NORM_ROUNDINGS"]
