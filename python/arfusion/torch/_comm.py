@@ -90,7 +90,7 @@ class Communicator:
     """
 
     def __init__(self, comm: _arf.Comm, *, name: str, device: torch.device, dtype: torch.dtype,
-                 config: _arf.arfCommConfig_t, cpu_group=None):
+                 config: _arf.arfCommConfig_t, cpu_group=None, ranks: list[int] | None = None):
         self._comm = comm
         self._handle = ctypes.c_void_p(comm.handle)
         self.name = name
@@ -102,6 +102,9 @@ class Communicator:
         self.max_hidden = int(config.max_hidden)
         self._config = config
         self.cpu_group = cpu_group
+        # Global ranks of the torch.distributed group (from_group), None when unknown (from_nccl):
+        # the compile pass maps c10d all-reduces to communicators by them.
+        self.ranks = list(ranks) if ranks is not None else None
         self._args_cache: dict[tuple, _arf.arfFusedArgs_t] = {}
         self._arf_dtype = TORCH_TO_ARF_DTYPE[dtype]
         with _registry_lock:
@@ -212,7 +215,8 @@ class Communicator:
             detail = "; ".join(f"rank {r}: {_lib.status_name(o[0])}: {o[1]}" for r, o in failed)
             raise ArfError(code, f"communicator {name!r} not created: {detail}",
                            "Communicator.from_group", comm_name=name)
-        return cls(comm, name=name, device=device, dtype=dtype, config=cfg, cpu_group=cpu)
+        return cls(comm, name=name, device=device, dtype=dtype, config=cfg, cpu_group=cpu,
+                   ranks=ranks)
 
     @classmethod
     def from_nccl(cls, nccl_comm: int, *, max_tokens: int, max_hidden: int,
