@@ -57,49 +57,25 @@ from __future__ import annotations
 import torch
 
 import arfusion as _arf
+from arfusion import _shapes
 from arfusion._lib import ArfError, Pattern, Status
 
 from ._comm import get_communicator
 
 NAMESPACE = "arfusion"
 
-QUANT_PATTERNS = {
-    None: Pattern.ResidualRmsNorm,
-    "none": Pattern.ResidualRmsNorm,
-    "fp8_per_tensor": Pattern.ResidualRmsNormFp8PerTensor,
-    "fp8_per_token": Pattern.ResidualRmsNormFp8PerToken,
-    "fp8_per_group": Pattern.ResidualRmsNormFp8PerGroup,
-    "nvfp4": Pattern.ResidualRmsNormNvfp4,
-    "mxfp4": Pattern.ResidualRmsNormMxfp4,
-}
-SCALE_LAYOUTS = {"row_major": 0, "mn_major": 1, "swizzled_128x4": 2}
-SCALE_FORMATS = {"fp32": 0, "ue8m0_as_fp32": 1, "ue8m0_packed": 2}
-NORM_ROUNDINGS = {"once": 0, "before_weight": 1}
+QUANT_PATTERNS = _shapes.QUANT_PATTERNS
+SCALE_LAYOUTS = _shapes.SCALE_LAYOUTS
+SCALE_FORMATS = _shapes.SCALE_FORMATS
+NORM_ROUNDINGS = _shapes.NORM_ROUNDINGS
 _algorithms: dict[str, int] = {}
 
 
-def _choice(table: dict, value, what: str) -> int:
-    try:
-        return int(table[value])
-    except KeyError:
-        known = ", ".join(repr(k) for k in table if k is not None)
-        raise ValueError(f"arfusion: unknown {what} {value!r} (one of {known})") from None
-
-
-def quant_pattern(quant) -> Pattern:
-    return Pattern(_choice(QUANT_PATTERNS, quant, "quant"))
-
-
-def scale_layout_value(name: str) -> int:
-    return _choice(SCALE_LAYOUTS, name, "scale_layout")
-
-
-def scale_format_value(name: str) -> int:
-    return _choice(SCALE_FORMATS, name, "scale_format")
-
-
-def norm_rounding_value(name: str) -> int:
-    return _choice(NORM_ROUNDINGS, name, "norm_rounding")
+_choice = _shapes.choice
+quant_pattern = _shapes.quant_pattern
+scale_layout_value = _shapes.scale_layout_value
+scale_format_value = _shapes.scale_format_value
+norm_rounding_value = _shapes.norm_rounding_value
 
 
 def algorithm_value(name: str) -> int:
@@ -114,57 +90,17 @@ def algorithm_value(name: str) -> int:
     return v
 
 
-def _ceil_div(a, b):
-    return (a + b - 1) // b
-
-
-def _round_up(a, b):
-    return _ceil_div(a, b) * b
-
-
-_QUANT_BLOCK = {"fp8_per_group": 128, "nvfp4": 16, "mxfp4": 32}
+_TORCH_DTYPES = {"float8_e4m3fn": torch.float8_e4m3fn, "uint8": torch.uint8,
+                 "float32": torch.float32}
 
 
 def quant_output_spec(quant: str, scale_layout: str, scale_format: str, rows, hidden,
                       lead_shape) -> tuple:
-    """(quant_out shape, dtype, scale_out shape, dtype) of fused_add_rms_norm_quant; works on
-    SymInts (fake tensors) too. Raises ValueError for combinations the library refuses."""
-    quant_pattern(quant)
-    if quant is None or quant == "none":
-        raise ValueError("arfusion: fused_add_rms_norm_quant needs a quant format")
-    layout = scale_layout_value(scale_layout)
-    fmt = scale_format_value(scale_format)
-    block = _QUANT_BLOCK.get(quant)
-    if block is not None and hidden % block != 0:
-        raise ValueError(f"arfusion: {quant} needs hidden % {block} == 0 (hidden {hidden})")
-    if fmt != 0 and quant != "fp8_per_group":
-        raise ValueError(f"arfusion: scale_format {scale_format!r} is for fp8_per_group only")
-    if layout == 1 and quant != "fp8_per_group":
-        raise ValueError("arfusion: scale_layout 'mn_major' is for fp8_per_group only")
-    if layout == 2 and quant not in ("nvfp4", "mxfp4"):
-        raise ValueError("arfusion: scale_layout 'swizzled_128x4' is for nvfp4 / mxfp4 only")
-    if quant.startswith("fp8"):
-        q_shape, q_dtype = tuple(lead_shape) + (hidden,), torch.float8_e4m3fn
-    else:
-        q_shape, q_dtype = tuple(lead_shape) + (hidden // 2,), torch.uint8
-    if quant == "fp8_per_tensor":
-        s_shape, s_dtype = (0,), torch.float32
-    elif quant == "fp8_per_token":
-        s_shape, s_dtype = (rows, 1), torch.float32
-    elif quant == "fp8_per_group":
-        cols = hidden // 128
-        packed = fmt == 2
-        if layout == 0:
-            s_shape, s_dtype = (rows, cols), (torch.uint8 if packed else torch.float32)
-        else:
-            tp = _round_up(rows, 4)
-            s_shape, s_dtype = ((_ceil_div(cols, 4), 4 * tp), torch.uint8) if packed else \
-                ((cols, tp), torch.float32)
-    else:
-        cols = hidden // block
-        s_dtype = torch.float8_e4m3fn if quant == "nvfp4" else torch.uint8
-        s_shape = (rows, cols) if layout == 0 else (_round_up(rows, 128), _round_up(cols, 4))
-    return q_shape, q_dtype, s_shape, s_dtype
+    """(quant_out shape, dtype, scale_out shape, dtype) of fused_add_rms_norm_quant (torch dtypes;
+    arfusion._shapes has the rules). Works on SymInts (fake tensors) too."""
+    q_shape, q_kind, s_shape, s_kind = _shapes.quant_output_spec(
+        quant, scale_layout, scale_format, rows, hidden, lead_shape)
+    return q_shape, _TORCH_DTYPES[q_kind], s_shape, _TORCH_DTYPES[s_kind]
 
 
 # ---- checks shared by the real and fake implementations ------------------------------------------

@@ -1,0 +1,28 @@
+# The Python package's tests (python/, python/tests/): registered with ctest, run against the
+# libarfusion.so this build links (ARF_SHARED_LIBRARY_TARGET, CMakeLists.txt).
+#  - python_cpu (label cpu): the ctypes layer, no GPU and no torch (python/tests/cpu, unittest).
+#  - python_gpu (label gpu): arfusion.torch on a GPU (python/tests/run_gpu_tests.sh: N = 2, 4, 8
+#    processes on one GPU, torch >= 2.6); exit 77 = skipped (no torch >= 2.6 or no GPU), with a
+#    "SKIPPED: ..." line. $ARF_PYTHON (default python3 on PATH) is the interpreter that has torch.
+# Not registered in sanitizer builds: an ASan-instrumented library cannot load into a plain
+# Python interpreter.
+if(NOT ARF_BUILD_TESTS OR ARF_SANITIZE)
+  return()
+endif()
+find_package(Python3 COMPONENTS Interpreter)
+if(NOT Python3_Interpreter_FOUND)
+  message(STATUS "arfusion: no Python 3 interpreter; python_cpu/python_gpu tests not registered")
+  return()
+endif()
+
+set(ARF_PYTHON_DIR ${CMAKE_CURRENT_SOURCE_DIR}/python)
+set(ARF_PYTHON_ENV "ARFUSION_LIBRARY=$<TARGET_FILE:${ARF_SHARED_LIBRARY_TARGET}>"
+  "PYTHONPATH=${ARF_PYTHON_DIR}")
+
+add_test(NAME python_cpu
+  COMMAND ${Python3_EXECUTABLE} -m unittest discover -s ${ARF_PYTHON_DIR}/tests/cpu -t ${ARF_PYTHON_DIR}/tests/cpu -v)
+set_tests_properties(python_cpu PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "${ARF_PYTHON_ENV}")
+
+add_test(NAME python_gpu COMMAND bash ${ARF_PYTHON_DIR}/tests/run_gpu_tests.sh)
+set_tests_properties(python_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 1500
+  ENVIRONMENT "${ARF_PYTHON_ENV}")

@@ -1,0 +1,383 @@
+"""CPU tests of the ctypes layer against a built libarfusion.so (no GPU, no torch).
+
+    ARFUSION_LIBRARY=build/libarfusion.so PYTHONPATH=python python3 -m unittest discover -s python/tests/cpu -v
+    ARFUSION_LIBRARY=build/libarfusion.so python3 python/tests/cpu/test_binding.py
+
+ctest runs it as `python_cpu` (label cpu; cmake/python.cmake).
+"""
+
+import ctypes
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import unittest
+
+HERE = pathlib.Path(__file__).resolve().parent
+PYTHON_DIR = HERE.parent.parent
+REPO = PYTHON_DIR.parent
+if str(PYTHON_DIR) not in sys.path:
+    sys.path.insert(0, str(PYTHON_DIR))
+
+import arfusion  # noqa: E402
+from arfusion import _lib, _shapes  # noqa: E402
+from arfusion import ArfError, Pattern, ScaleFormat, ScaleLayout, Status  # noqa: E402
+
+HEADER = REPO / "include" / "arfusion" / "arfusion.h"
+C = _lib.library().lib
+
+
+def _header_enums():
+    """{constant: value} of every enum in arfusion.h."""
+    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    out = {}
+    for body in re.findall(r"typedef enum \w+ \{(.*?)\}", text, flags=re.S):
+        for name, value in re.findall(r"(arf\w+)\s*=\s*(\d+)", body):
+            out[name] = int(value)
+    return out
+
+
+class AbiTest(unittest.TestCase):
+    def test_mirrors_match_the_library(self):
+        self.assertEqual(_lib.abi_mismatches(C), [])
+
+    def test_every_struct_field_the_library_names_is_mirrored(self):
+        names = arfusion.abi_names()
+        self.assertTrue(names, "arfAbiNames returned nothing")
+        mirrored = {s.__name__: {f for f, *_ in s._fields_} for s in _lib.STRUCTS}
+        for name in names:
+            if "." in name:
+                struct, field = name.split(".", 1)
+                self.assertIn(struct, mirrored, f"library struct {struct} is not mirrored")
+                self.assertIn(field, mirrored[struct], f"{name} is not mirrored")
+        for struct, fields in mirrored.items():
+            self.assertIn(struct, names)
+            for f in fields:
+                self.assertIn(f"{struct}.{f}", names)
+
+    def test_every_header_enum_constant_is_mirrored_and_answered(self):
+        enums = _header_enums()
+        self.assertGreater(len(enums), 30)
+        mirror = {_lib.enum_c_name(m): int(m) for e in _lib.ENUMS for m in e}
+        self.assertEqual(mirror, enums)
+        for name, value in enums.items():
+            self.assertEqual(arfusion.abi_query(name), value, name)
+
+    def test_api_version(self):
+        self.assertEqual(arfusion.abi_query("ARF_API_VERSION"), arfusion.ARF_API_VERSION)
+        m = re.search(r"#define ARF_API_VERSION (\d+)", HEADER.read_text())
+        self.assertEqual(int(m.group(1)), arfusion.ARF_API_VERSION)
+
+    def test_unknown_name_is_refused(self):
+        with self.assertRaises(ArfError) as cm:
+            arfusion.abi_query("arfFusedArgs_t.no_such_field")
+        self.assertEqual(cm.exception.status, "arfInvalidArgument")
+
+    def test_a_wrong_mirror_is_reported_by_field(self):
+        # The check must be able to fail: swap two fields of arfPlan_t and look for their names.
+        class arfPlan_t(ctypes.Structure):
+            _fields_ = [(n, t) for n, t in reversed(_lib.arfPlan_t._fields_)]
+
+        saved = _lib.STRUCTS
+        try:
+            _lib.STRUCTS = tuple(arfPlan_t if s is _lib.arfPlan_t else s for s in saved)
+            problems = _lib.abi_mismatches(C)
+        finally:
+            _lib.STRUCTS = saved
+        self.assertTrue(any(p.startswith("arfPlan_t.algorithm:") for p in problems), problems)
+        self.assertTrue(any(p.startswith("arfPlan_t.fallback_level:") for p in problems), problems)
+
+    def test_a_wrong_enum_value_is_reported(self):
+        saved = _lib.CONSTANTS
+        try:
+            _lib.CONSTANTS = dict(saved, ARF_API_VERSION=saved["ARF_API_VERSION"] + 1)
+            problems = _lib.abi_mismatches(C)
+        finally:
+            _lib.CONSTANTS = saved
+        self.assertTrue(any(p.startswith("ARF_API_VERSION:") for p in problems), problems)
+
+    def _init_writes_exactly(self, struct, init):
+        size = ctypes.sizeof(struct)
+        buf = (ctypes.c_ubyte * (size + 64))(*([0xA5] * (size + 64)))
+        init(ctypes.cast(buf, ctypes.POINTER(struct)))
+        self.assertEqual(list(buf[size:]), [0xA5] * 64, f"{struct.__name__} init wrote past sizeof")
+        s = struct.from_buffer(buf)
+        self.assertEqual(s.struct_size, size)
+        self.assertEqual(s.version, arfusion.ARF_API_VERSION)
+        return s
+
+    def test_init_functions_fill_exactly_the_mirrored_size(self):
+        cfg = self._init_writes_exactly(_lib.arfCommConfig_t, C.arfCommConfigInit)
+        self.assertEqual((cfg.rank, cfg.world_size, cfg.max_tokens, cfg.max_hidden), (0, 1, 1024, 8192))
+        self.assertEqual(cfg.dtype, arfusion.DataType.BFloat16)
+        self.assertEqual((cfg.programmatic_launch, cfg.verify_calls), (0, 0))
+        args = self._init_writes_exactly(_lib.arfFusedArgs_t, C.arfFusedArgsInit)
+        self.assertEqual(args.pattern, Pattern.ResidualRmsNorm)
+        self.assertEqual(args.algorithm, arfusion.Algorithm.Auto)
+        self.assertAlmostEqual(args.eps, 1e-6, places=12)
+        self.assertEqual(args.norm_rounding, arfusion.NormRounding.RoundOnce)
+        self.assertIsNone(args.input)
+        facts = self._init_writes_exactly(_lib.arfPlanFacts_t, C.arfPlanFactsInit)
+        self.assertEqual((facts.world_size, facts.max_tokens, facts.max_hidden, facts.sm_count,
+                          facts.ranks_per_device), (1, 1024, 8192, 132, 1))
+
+
+class IdAndNamesTest(unittest.TestCase):
+    def test_id_round_trip(self):
+        text = arfusion.new_unique_id_string()
+        self.assertRegex(text, r"^[0-9a-f]{32}$")
+        uid = arfusion.unique_id_from_string(text)
+        self.assertEqual(arfusion.unique_id_to_string(uid), text)
+        raw = ctypes.string_at(ctypes.addressof(uid), ctypes.sizeof(uid))
+        self.assertEqual(raw[16:], bytes(48), "bytes past the first 16 are zero")
+        self.assertEqual(raw[:16].hex(), text)
+        self.assertNotEqual(arfusion.new_unique_id_string(), text)
+
+    def test_bad_id_strings(self):
+        for bad in ("", "0" * 31, "0" * 33, "g" + "0" * 31, "0123456789ABCDEF" * 2 + "x"):
+            with self.assertRaises(ArfError, msg=bad) as cm:
+                arfusion.unique_id_from_string(bad)
+            self.assertEqual(cm.exception.status, "arfInvalidArgument")
+            self.assertTrue(cm.exception.message, "the library says why")
+            self.assertIn("arfUniqueIdFromString", str(cm.exception))
+
+    def test_status_strings_and_names(self):
+        seen = set()
+        for s in Status:
+            text = arfusion.status_string(s)
+            self.assertTrue(text and text != "unknown status", s)
+            seen.add(text)
+            self.assertEqual(_lib.status_name(int(s)), "arf" + s.name)
+        self.assertEqual(len(seen), len(Status))
+        self.assertEqual(arfusion.status_string(Status.Timeout), "timeout")
+        self.assertEqual(_lib.status_name(99), "arfStatus(99)")
+
+    def test_error_object(self):
+        e = ArfError(Status.Timeout, "rank 1 never arrived", "arfFusedAllReduce", 7, "tp")
+        self.assertEqual((e.status, e.code, e.message, e.first_lost_call, e.comm_name),
+                         ("arfTimeout", 5, "rank 1 never arrived", 7, "tp"))
+        for part in ("arfFusedAllReduce", "arfTimeout", "rank 1 never arrived", "first lost call: 7", "'tp'"):
+            self.assertIn(part, str(e))
+
+    def test_algorithm_names_round_trip(self):
+        names = [arfusion.algorithm_name(a) for a in arfusion.Algorithm]
+        self.assertEqual(names, ["auto", "oneshot_lamport", "oneshot_pull", "twoshot", "unfused", "nccl"])
+        for a in arfusion.Algorithm:
+            self.assertEqual(arfusion.algorithm_from_name(arfusion.algorithm_name(a)), a)
+        with self.assertRaises(ArfError) as cm:
+            arfusion.algorithm_from_name("fastest")
+        self.assertEqual(cm.exception.status, "arfInvalidArgument")
+
+    def test_pattern_names(self):
+        names = {arfusion.pattern_name(p) for p in Pattern}
+        self.assertEqual(len(names), len(Pattern))
+        self.assertEqual(arfusion.pattern_name(Pattern.ResidualRmsNormFp8PerGroup),
+                         "residual_rmsnorm_fp8_per_group")
+
+
+def _expected_scale_bytes(pattern, layout, fmt, t, h):
+    """arfScaleBufferBytes from the header's words (arfusion.h, quant_layout.h's layouts)."""
+    rup = lambda x, m: (x + m - 1) // m * m  # noqa: E731
+    if pattern == Pattern.ResidualRmsNormFp8PerToken:
+        return t * 4 if layout == ScaleLayout.RowMajor and fmt == ScaleFormat.Fp32 else 0
+    if pattern == Pattern.ResidualRmsNormFp8PerGroup:
+        if h % 128 or layout == ScaleLayout.Swizzled128x4:
+            return 0
+        cols = h // 128
+        if fmt == ScaleFormat.Ue8m0Packed:
+            return t * cols if layout == ScaleLayout.RowMajor else (cols + 3) // 4 * rup(t, 4) * 4
+        return t * cols * 4 if layout == ScaleLayout.RowMajor else cols * rup(t, 4) * 4
+    if pattern in (Pattern.ResidualRmsNormNvfp4, Pattern.ResidualRmsNormMxfp4):
+        block = 16 if pattern == Pattern.ResidualRmsNormNvfp4 else 32
+        if h % block or fmt != ScaleFormat.Fp32 or layout == ScaleLayout.MnMajor:
+            return 0
+        cols = h // block
+        return t * cols if layout == ScaleLayout.RowMajor else rup(t, 128) * rup(cols, 4)
+    return 0
+
+
+class ScaleBufferTest(unittest.TestCase):
+    def test_known_values(self):
+        P, L, F = Pattern, ScaleLayout, ScaleFormat
+        known = [
+            (P.ResidualRmsNormFp8PerToken, L.RowMajor, F.Fp32, 5, 1024, 20),
+            (P.ResidualRmsNormFp8PerGroup, L.RowMajor, F.Fp32, 5, 1024, 160),
+            (P.ResidualRmsNormFp8PerGroup, L.MnMajor, F.Fp32, 5, 1024, 256),
+            (P.ResidualRmsNormFp8PerGroup, L.MnMajor, F.Ue8m0AsFp32, 5, 1024, 256),
+            (P.ResidualRmsNormFp8PerGroup, L.RowMajor, F.Ue8m0Packed, 5, 1024, 40),
+            (P.ResidualRmsNormFp8PerGroup, L.MnMajor, F.Ue8m0Packed, 5, 1024, 64),
+            (P.ResidualRmsNormFp8PerGroup, L.MnMajor, F.Ue8m0Packed, 1, 7168, 14 * 4 * 4),  # 56 cols
+            (P.ResidualRmsNormNvfp4, L.RowMajor, F.Fp32, 5, 1024, 320),
+            (P.ResidualRmsNormNvfp4, L.Swizzled128x4, F.Fp32, 5, 1024, 128 * 64),
+            (P.ResidualRmsNormMxfp4, L.RowMajor, F.Fp32, 5, 1024, 160),
+            (P.ResidualRmsNormMxfp4, L.Swizzled128x4, F.Fp32, 129, 1024, 256 * 32),
+            (P.ResidualRmsNormFp8PerTensor, L.RowMajor, F.Fp32, 5, 1024, 0),
+            (P.ResidualRmsNorm, L.RowMajor, F.Fp32, 5, 1024, 0),
+            (P.AllReduce, L.RowMajor, F.Fp32, 5, 1024, 0),
+            (P.ResidualRmsNormFp8PerGroup, L.RowMajor, F.Fp32, 5, 1000, 0),       # H % 128
+            (P.ResidualRmsNormFp8PerGroup, L.Swizzled128x4, F.Fp32, 5, 1024, 0),  # wrong layout
+            (P.ResidualRmsNormNvfp4, L.MnMajor, F.Fp32, 5, 1024, 0),
+            (P.ResidualRmsNormNvfp4, L.RowMajor, F.Ue8m0Packed, 5, 1024, 0),      # format per-group only
+        ]
+        for pattern, layout, fmt, t, h, want in known:
+            with self.subTest(pattern=pattern.name, layout=layout.name, fmt=fmt.name, t=t, h=h):
+                self.assertEqual(arfusion.scale_buffer_bytes(pattern, layout, fmt, t, h), want)
+
+    def test_sweep_against_the_header_formula(self):
+        for pattern in Pattern:
+            for layout in ScaleLayout:
+                for fmt in ScaleFormat:
+                    for t in (1, 3, 4, 5, 127, 128, 129, 1000):
+                        for h in (128, 1024, 7168, 8192, 16):
+                            got = arfusion.scale_buffer_bytes(pattern, layout, fmt, t, h)
+                            self.assertEqual(got, _expected_scale_bytes(pattern, layout, fmt, t, h),
+                                             (pattern.name, layout.name, fmt.name, t, h))
+
+    def test_op_output_shapes_cover_the_scale_buffer(self):
+        """The torch ops allocate scale_out from arfusion._shapes: its bytes must be exactly the
+        library's arfScaleBufferBytes for every valid combination (fp8_per_tensor writes none)."""
+        checked = 0
+        for quant in ("fp8_per_tensor", "fp8_per_token", "fp8_per_group", "nvfp4", "mxfp4"):
+            for layout in _shapes.SCALE_LAYOUTS:
+                for fmt in _shapes.SCALE_FORMATS:
+                    for t in (1, 3, 4, 5, 127, 128, 129, 1000):
+                        for h in (128, 1024, 7168, 16):
+                            pattern = _shapes.quant_pattern(quant)
+                            lib = arfusion.scale_buffer_bytes(
+                                pattern, _shapes.SCALE_LAYOUTS[layout], _shapes.SCALE_FORMATS[fmt], t, h)
+                            try:
+                                q_shape, q_dt, s_shape, s_dt = _shapes.quant_output_spec(quant, layout, fmt, t, h)
+                            except ValueError:
+                                self.assertEqual(lib, 0, (quant, layout, fmt, t, h))
+                                continue
+                            self.assertEqual(_shapes.spec_bytes(s_shape, s_dt), lib, (quant, layout, fmt, t, h))
+                            per_elem = 1 if quant.startswith("fp8") else 0.5
+                            self.assertEqual(_shapes.spec_bytes(q_shape, q_dt), t * h * per_elem)
+                            checked += 1
+        self.assertGreater(checked, 200)
+
+
+class PlannerTest(unittest.TestCase):
+    """arfPlanFromFacts: the planner without a GPU (docs/architecture.md, "Policy")."""
+
+    def plan(self, facts=None, **args):
+        f = arfusion.plan_facts(**(facts or {}))
+        a = arfusion.fused_args(**args)
+        return arfusion.plan_from_facts(f, a)
+
+    def test_world_1_is_the_epilogue(self):
+        p = self.plan(num_tokens=1, hidden=8192)
+        self.assertEqual(p.algorithm, "oneshot_lamport")
+        self.assertEqual((p.num_kernels, p.forced, p.fallback_level), (1, False, 1))
+        self.assertTrue(p.reason)
+
+    def test_world_2_small_is_lamport_and_large_is_pull(self):
+        facts = dict(world_size=2, max_tokens=4096)
+        small = self.plan(facts, num_tokens=1, hidden=8192)
+        self.assertEqual(small.algorithm, "oneshot_lamport")
+        self.assertEqual(small.block, 512)           # min(512, round_up(8192 / 8, 32))
+        self.assertGreater(small.grid, 0)
+        large = self.plan(facts, num_tokens=4096, hidden=8192)   # 64 MiB / rank > 8 MiB
+        self.assertEqual(large.algorithm, "oneshot_pull")
+        self.assertTrue(large.fused)
+
+    def test_shared_device_prefers_twoshot(self):
+        p = self.plan(dict(world_size=4, ranks_per_device=4), num_tokens=16, hidden=4096)
+        self.assertEqual(p.algorithm, "twoshot")
+
+    def test_block_size_follows_hidden(self):
+        p = self.plan(dict(world_size=2), num_tokens=1, hidden=1024)
+        self.assertEqual(p.block, 128)                # round_up(1024 / 8, 32)
+
+    def test_forced_algorithm(self):
+        p = self.plan(dict(world_size=2), num_tokens=4, hidden=4096,
+                      algorithm=arfusion.Algorithm.Twoshot)
+        self.assertEqual((p.algorithm, p.forced), ("twoshot", True))
+
+    def test_quantized_fallback_levels(self):
+        base = dict(num_tokens=8, hidden=4096, pattern=Pattern.ResidualRmsNormFp8PerGroup)
+        auto = self.plan(dict(world_size=2), **base)
+        self.assertEqual((auto.fallback_level, auto.num_kernels), (1, 1))
+        three = self.plan(dict(world_size=2), fallback=arfusion.FallbackLevel.ThreeKernels, **base)
+        self.assertEqual((three.algorithm, three.fallback_level), ("unfused", 3))
+        self.assertEqual(three.inner_allreduce, auto.algorithm)
+
+    def test_refusals(self):
+        cases = [
+            (dict(world_size=2), dict(num_tokens=1, hidden=1001)),                       # hidden % 8
+            (dict(world_size=2), dict(num_tokens=1, hidden=16384 + 8)),                  # > max_hidden
+            (dict(world_size=2, max_tokens=64), dict(num_tokens=65, hidden=1024)),       # > capacity, no nccl
+            (dict(world_size=2), dict(num_tokens=1, hidden=1008,
+                                      pattern=Pattern.ResidualRmsNormFp8PerGroup)),      # H % 128
+            (dict(world_size=2), dict(num_tokens=1, hidden=1024, dtype=arfusion.DataType.Float16)),  # dtype != facts
+            (dict(world_size=2), dict(num_tokens=1, hidden=1024, pattern=Pattern.ResidualRmsNorm,
+                                      fallback=arfusion.FallbackLevel.TwoKernels)),      # auto only
+        ]
+        for facts, args in cases:
+            with self.subTest(facts=facts, args=args):
+                with self.assertRaises(ArfError) as cm:
+                    self.plan(facts, **args)
+                self.assertEqual(cm.exception.status, "arfInvalidArgument")
+                self.assertTrue(cm.exception.message)
+
+    def test_same_facts_same_plan(self):
+        for t in (1, 7, 64, 513, 1024):
+            a = self.plan(dict(world_size=8), num_tokens=t, hidden=8192)
+            b = self.plan(dict(world_size=8), num_tokens=t, hidden=8192)
+            self.assertEqual(a, b)
+
+
+class WorkspaceBytesTest(unittest.TestCase):
+    def test_grows_with_capacity_and_refuses_bad_configs(self):
+        def ws(**kw):
+            return arfusion.workspace_bytes(arfusion.comm_config(**kw))
+
+        small = ws(world_size=2, max_tokens=64, max_hidden=4096)
+        self.assertGreater(small, 0)
+        self.assertGreater(ws(world_size=2, max_tokens=1024, max_hidden=4096), small)
+        self.assertGreater(ws(world_size=2, max_tokens=64, max_hidden=8192), small)
+        self.assertGreater(ws(world_size=8, max_tokens=64, max_hidden=4096), small)
+        with self.assertRaises(ArfError) as cm:
+            ws(world_size=2, max_tokens=64, max_hidden=4100)     # not a multiple of 8
+        self.assertEqual(cm.exception.status, "arfInvalidArgument")
+        with self.assertRaises(ArfError):
+            ws(world_size=3, max_tokens=64, max_hidden=4096)
+
+
+class PackageTest(unittest.TestCase):
+    def run_python(self, code, env=None):
+        e = dict(os.environ)
+        e["PYTHONPATH"] = str(PYTHON_DIR) + os.pathsep + e.get("PYTHONPATH", "")
+        e.update(env or {})
+        return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
+                              timeout=120)
+
+    def test_import_never_imports_torch(self):
+        r = self.run_python("import sys, arfusion; print('torch' in sys.modules)")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "False")
+
+    def test_missing_library_is_an_import_error_naming_it(self):
+        r = self.run_python("import arfusion", env={"ARFUSION_LIBRARY": "/nonexistent/libarfusion.so"})
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("ImportError", r.stderr)
+        self.assertIn("/nonexistent/libarfusion.so", r.stderr)
+
+    def test_library_path_is_the_one_asked_for(self):
+        want = os.environ.get("ARFUSION_LIBRARY")
+        if not want:
+            self.skipTest("ARFUSION_LIBRARY not set")
+        self.assertEqual(os.path.realpath(arfusion.library_path), os.path.realpath(want))
+
+    def test_torch_layer_refuses_without_torch(self):
+        probe = self.run_python("import importlib.util as u; print(u.find_spec('torch') is not None)")
+        if probe.stdout.strip() == "True":
+            self.skipTest("torch is installed here (the GPU tests cover arfusion.torch)")
+        r = self.run_python("import arfusion.torch")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("requires PyTorch >= 2.6", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
