@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""GPU tests of arfusion.torch: N = 2, 4, 8 rank processes (one GPU is enough: the ranks share it,
+time-sliced, over the ipc transport; with several GPUs rank r uses GPU r % count).
+
+    python3 python/tests/gpu/run_gpu_tests.py [--worlds 2,4,8] [--scenarios core,graphs] [--json FILE]
+
+Needs torch >= 2.6 with CUDA and a built libarfusion.so ($ARFUSION_LIBRARY, or the package's own
+lookup). Exit 0 all passed, 1 a failure, 77 skipped ("SKIPPED: ..." says why). Scenarios per
+world size are scenarios.SUITES; every check's verdict is printed, then "N passed, N failed".
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "..")))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worlds", default="2,4,8")
+    ap.add_argument("--scenarios", default="", help="comma-separated scenario names (all worlds)")
+    ap.add_argument("--json", default=None, help="write every verdict here")
+    ap.add_argument("--deadline", type=float, default=600.0, help="seconds per world size")
+    args = ap.parse_args()
+
+    try:
+        import torch
+    except ImportError:
+        print("SKIPPED: torch is not installed (arfusion.torch needs torch >= 2.6)", flush=True)
+        return 77
+    major_minor = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    if major_minor < (2, 6):
+        print(f"SKIPPED: torch {torch.__version__} < 2.6", flush=True)
+        return 77
+    if not torch.cuda.is_available():
+        print("SKIPPED: no CUDA device visible", flush=True)
+        return 77
+    try:
+        import arfusion  # noqa: F401 - the library must load before spawning ranks
+    except ImportError as e:
+        print(f"FAILED: import arfusion: {e}", flush=True)
+        return 1
+
+    import harness
+
+    print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
+          f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}; library "
+          f"{arfusion.library_path}", flush=True)
+    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}
+    if args.scenarios:
+        env["ARF_GPU_SCENARIOS"] = args.scenarios
+    if os.environ.get("ARFUSION_LIBRARY"):
+        env["ARFUSION_LIBRARY"] = os.environ["ARFUSION_LIBRARY"]
+    passed = failed = skipped = 0
+    verdicts = []
+    for world in [int(w) for w in args.worlds.split(",") if w]:
+        t0 = time.time()
+        print(f"=== world {world} ===", flush=True)
+        results, problems = harness.run_scenario("scenarios", "suite", world, args.deadline, env)
+        for name, r in results:
+            if r["skipped"] is not None and r["ok"]:
+                skipped += 1
+                verdict = "SKIP"
+                print(f"SKIP  [{world}] {name}: {r['skipped']}", flush=True)
+            elif r["ok"]:
+                passed += 1
+                verdict = "PASS"
+                print(f"PASS  [{world}] {name} ({r['seconds']:.1f} s)", flush=True)
+            else:
+                failed += 1
+                verdict = "FAIL"
+                print(f"FAIL  [{world}] {name}", flush=True)
+                for d in r["details"]:
+                    print("      " + d.replace("\n", "\n      "), flush=True)
+            verdicts.append({"world": world, "name": name, "verdict": verdict,
+                             "details": r["details"], "skipped": r["skipped"],
+                             "seconds": r["seconds"]})
+        for p in problems:
+            failed += 1
+            print(f"FAIL  [{world}] {p}", flush=True)
+            verdicts.append({"world": world, "name": "<harness>", "verdict": "FAIL", "details": [p]})
+        print(f"--- world {world}: {time.time() - t0:.0f} s", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": torch.__version__, "verdicts": verdicts}, f, indent=1)
+    print(f"{passed} passed, {failed} failed, {skipped} skipped", flush=True)
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
