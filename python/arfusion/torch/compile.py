@@ -163,9 +163,9 @@ def _convert_dtype(n):
     """The target dtype when n is a pure dtype conversion, else None."""
     if not isinstance(n, fx.Node) or n.op != "call_function":
         return None
-    if n.target is _op("prims", "convert_element_type"):
+    if n.target == _op("prims", "convert_element_type"):
         return n.args[1] if len(n.args) > 1 else n.kwargs.get("dtype")
-    if n.target is _op("aten", "_to_copy"):
+    if n.target == _op("aten", "_to_copy"):
         extra = {k for k in n.kwargs if k not in ("dtype", "layout", "device", "memory_format")}
         if extra or len(n.args) > 1:
             return None
@@ -241,7 +241,7 @@ def _match_fused_rms(y, hidden) -> _Norm:
             raise _NoMatch(f"{u.target}: eps is not a constant")
         if weight is not None and _shape(weight) != (hidden,):
             raise _NoMatch(f"{u.target}: weight shape {_shape(weight)} is not [{hidden}]")
-        if u.target is _op("aten", "rms_norm"):
+        if u.target == _op("aten", "rms_norm"):
             out = u
         else:  # _fused_rms_norm -> (out, rstd)
             outs = [g for g in u.users if _is_call(g, operator.getitem) and g.args[1] == 0]
@@ -382,7 +382,7 @@ class _Quant:
 def _is_clamp_fp8(c) -> bool:
     if not _is_call(c, *_CLAMP):
         return False
-    if c.target is _op("aten", "clamp"):
+    if c.target == _op("aten", "clamp"):
         lo = c.args[1] if len(c.args) > 1 else c.kwargs.get("min")
         hi = c.args[2] if len(c.args) > 2 else c.kwargs.get("max")
         return _scalar(lo) == -_F8_MAX and _scalar(hi) == _F8_MAX
@@ -392,10 +392,10 @@ def _is_clamp_fp8(c) -> bool:
 def _fp8_of(c):
     """The e4m3 conversion of a [-448, 448] clamp result (also clamp_min/clamp_max pairs)."""
     node = c
-    if _is_call(c, *_CLAMP) and c.target is not _op("aten", "clamp"):
+    if _is_call(c, *_CLAMP) and c.target != _op("aten", "clamp"):
         # clamp_min(-448) -> clamp_max(448) or the other way round
         first_bound = _scalar(c.args[1])
-        nxt = [u for u in c.users if _is_call(u, *_CLAMP) and u.target is not c.target]
+        nxt = [u for u in c.users if _is_call(u, *_CLAMP) and u.target != c.target]
         if len(nxt) != 1:
             return None
         second = _scalar(nxt[0].args[1])
@@ -411,9 +411,10 @@ def _fp8_of(c):
 def _scale_floor_node(sc):
     """clamp_min(amax / 448, 1/(448*512)) in one of its spellings: returns the clamped node."""
     for u in sc.users:
-        if u.target is _op("aten", "clamp_min") and _f32(u.args[1]) == _MIN_FP8_SCALE:
+        if (u.target == _op("aten", "clamp_min") and _scalar(u.args[1]) is not None
+                and _f32(u.args[1]) == _MIN_FP8_SCALE):
             return u
-        if u.target is _op("aten", "clamp"):
+        if u.target == _op("aten", "clamp"):
             lo = u.args[1] if len(u.args) > 1 else u.kwargs.get("min")
             hi = u.args[2] if len(u.args) > 2 else u.kwargs.get("max")
             if hi is None and _scalar(lo) is not None and _f32(lo) == _MIN_FP8_SCALE:
@@ -746,10 +747,15 @@ class AllReduceFusionPass(CustomGraphPass):
         rows = 1
         for d in shape[:-1]:
             rows = rows * d
-        pattern = Pattern.ResidualRmsNorm
         if quant is not None:
-            pattern = _ops.quant_pattern(quant.kind)
-        self._check_plan(comm, pattern, hidden, rows, weight_dtype, norm, quant)
+            try:
+                self._check_plan(comm, _ops.quant_pattern(quant.kind), hidden, rows, weight_dtype,
+                                 norm, quant)
+            except _NoMatch as e:
+                stats.notes.append(f"{ar_node.name}: {quant.kind} tail left unfused: {e}")
+                quant = None
+        if quant is None:
+            self._check_plan(comm, Pattern.ResidualRmsNorm, hidden, rows, weight_dtype, norm, None)
         fp8_left = self.quant and quant is None and _has_fp8_consumer(norm.out)
 
         # order: the fused node goes after its last input, before the first user of any output
@@ -757,6 +763,9 @@ class AllReduceFusionPass(CustomGraphPass):
         inputs = [x] + [n for n in (residual, norm.weight, quant.scale_in if quant else None)
                         if isinstance(n, fx.Node)]
         last_input = max(inputs, key=lambda n: order[n])
+        placeholders = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
+        if placeholders and order[placeholders[-1]] > order[last_input]:
+            last_input = placeholders[-1]  # keep the graph's inputs ahead of every computation
         replaced_outputs = [y, norm.out] + ([quant.q, quant.scale_out] if quant else [])
         first_use = min((order[u] for o in replaced_outputs if o is not None for u in o.users),
                         default=len(order))
