@@ -51,7 +51,7 @@ extern "C" {
 #define ARF_VERSION_MAJOR 0
 #define ARF_VERSION_MINOR 1
 /* Bumped whenever a public struct changes layout; structs carry struct_size + version. */
-#define ARF_API_VERSION 3
+#define ARF_API_VERSION 4
 
 /* Largest world size the kernels are built for. */
 #define ARF_MAX_RANKS 8
@@ -132,6 +132,20 @@ typedef enum arfFallbackLevel_t {
   arfFallbackThreeKernels = 3
 } arfFallbackLevel_t;
 
+/* How norm_out is rounded (API version 4). Both compute y = residual_out (the rounded value),
+ * s = rsqrt(mean(y^2) + eps) in fp32 (mean = fp32 sum of y^2 in column order / hidden), g = gamma
+ * (+ 1 for gamma_plus_one) in fp32:
+ *  - arfNormRoundOnce (default): norm = round(y * s * g), each product rounded in fp32, one
+ *    rounding to the dtype (Gemma's (1 + w) in fp32; TensorRT-LLM, FlashInfer).
+ *  - arfNormRoundBeforeWeight: norm = round(round(y * s) * g), the activation-dtype intermediate
+ *    of vLLM's and SGLang's rms_norm kernels and of Hugging Face's LlamaRMSNorm
+ *    (weight * x.to(dtype)), so a model that used those unfused kernels sees the same bits.
+ * Quantized patterns quantize this rounded norm. */
+typedef enum arfNormRounding_t {
+  arfNormRoundOnce = 0,
+  arfNormRoundBeforeWeight = 1
+} arfNormRounding_t;
+
 /* One name per algorithm, spelled the same in code, CLI, logs and tests (arfAlgorithmName). */
 typedef enum arfAlgorithm_t {
   arfAlgoAuto = 0,
@@ -181,6 +195,13 @@ typedef struct arfCommConfig_t {
    * launched without it is ordered by the stream as usual. 0 (default): ordinary launches.
    * Version-2 callers (struct_size without this field) get 0. */
   int programmatic_launch;
+  /* API version 4. 1: every collective kernel runs the per-call integrity check: each rank
+   * publishes its call index with its data and barrier flags, and readers compare it with their
+   * own, so a protocol slip (ranks in different calls exchanging data) becomes arfInternal naming
+   * the call and both ranks (arfCommGetAsyncError) instead of silently wrong numbers. Costs one
+   * extra store and load per CTA and peer. ARF_VERIFY_CALLS=1 in the environment at creation turns
+   * it on as well. 0 (default): off. Version 1-3 callers get 0. */
+  int verify_calls;
 } arfCommConfig_t;
 
 typedef struct arfComm* arfComm_t;
@@ -253,10 +274,29 @@ arfStatus_t arfCommDestroy(arfComm_t comm);
 arfStatus_t arfCommGetRank(arfComm_t comm, int* rank);
 arfStatus_t arfCommGetWorldSize(arfComm_t comm, int* world_size);
 
-/* Reads the device-side error record without synchronizing. arfSuccess while healthy; arfTimeout once
- * a bounded wait expired (the message names rank, peer, phase and call index); the communicator is
- * then failed and every later operation returns arfCommFailed. */
+/* Reads the device-side error records of every rank without synchronizing. arfSuccess while
+ * healthy; arfTimeout once a bounded wait expired, arfInternal once the per-call integrity check
+ * (verify_calls) failed. The message names the rank that waited, the peer, the phase, the CTA and
+ * the call index; the communicator is then failed and every later operation returns
+ * arfCommFailed. */
 arfStatus_t arfCommGetAsyncError(arfComm_t comm);
+
+/* Calls are numbered 0, 1, 2, ... per communicator in the order their collective kernels run on
+ * the device: every eager call and every graph replay of a captured call takes the next index,
+ * identically on every rank; calls with num_tokens 0 and calls run by the nccl algorithm take
+ * none. After an asynchronous error: *call is the index of the first call whose outputs may be
+ * lost on some rank; every call before it completed on every rank, and it and every later call
+ * (already enqueued or not) must be treated as lost. UINT64_MAX while no error was seen. The
+ * figure is final once every rank's streams have drained (every wait is bounded). No
+ * synchronization. */
+arfStatus_t arfCommGetFirstLostCall(arfComm_t comm, uint64_t* call);
+
+/* Bytes of device memory arfCommInitRank allocates on config->device for this rank's workspace
+ * (config's capacity, dtype and world_size; nothing else of it is read): what an engine counts
+ * before sizing its KV cache. Ranks sharing a device each allocate this much. Excludes the CUDA
+ * context, the kernels' code and NCCL's own buffers (nccl algorithm). Pure: no CUDA call.
+ * arfInvalidArgument for a config arfCommInitRank would refuse. */
+arfStatus_t arfCommWorkspaceBytes(const arfCommConfig_t* config, size_t* bytes);
 
 typedef struct arfFusedArgs_t {
   size_t struct_size;        /* = sizeof(arfFusedArgs_t); set by arfFusedArgsInit */
@@ -273,7 +313,8 @@ typedef struct arfFusedArgs_t {
   const void* input;         /* [num_tokens, hidden], this rank's partial sums */
   void* allreduce_out;       /* pattern allreduce: [num_tokens, hidden]; may equal input */
 
-  const void* residual_in;   /* residual_rmsnorm: [num_tokens, hidden] */
+  const void* residual_in;   /* residual_rmsnorm: [num_tokens, hidden]; NULL = no residual (the
+                                first layer): residual_out = ar */
   void* residual_out;        /* [num_tokens, hidden] = round(round(ar) + residual_in); may equal residual_in */
   void* norm_out;            /* [num_tokens, hidden]; may equal input */
   const void* gamma;         /* [hidden], dtype gamma_dtype */
@@ -290,6 +331,9 @@ typedef struct arfFusedArgs_t {
   arfScaleLayout_t scale_layout; /* default row-major */
   arfScaleFormat_t scale_format; /* FP8 per-group only; default fp32 */
   arfFallbackLevel_t fallback;   /* default auto */
+
+  /* API version 4. */
+  arfNormRounding_t norm_rounding; /* default arfNormRoundOnce */
 } arfFusedArgs_t;
 
 /* Fills defaults: struct_size/version, pattern residual_rmsnorm, algorithm auto, bf16, eps 1e-6,
@@ -312,6 +356,34 @@ typedef struct arfPlan_t {
  * smallest device among ranks). Validates like the call itself; no launch, no synchronization,
  * graph-capture safe. */
 arfStatus_t arfPlan(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan);
+
+/* arfPlan for a shape alone: the pointers of args are ignored (graph compilers decide before any
+ * tensor exists). Every other field is validated as arfPlan does, against the same communicator
+ * facts and tuning table, so it is identical on every rank and equal to arfPlan's plan. */
+arfStatus_t arfPlanShape(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan);
+
+/* The facts a plan depends on, fixed at communicator creation and identical on every rank. */
+typedef struct arfPlanFacts_t {
+  size_t struct_size;        /* = sizeof(arfPlanFacts_t); set by arfPlanFactsInit */
+  unsigned version;          /* = ARF_API_VERSION */
+  int world_size;            /* 1, 2, 4 or 8 */
+  arfDataType_t dtype;
+  size_t max_tokens;
+  size_t max_hidden;
+  size_t oneshot_max_tokens; /* 0 = max_tokens */
+  int sm_count;              /* smallest multiprocessor count among the ranks' devices */
+  int ranks_per_device;      /* >1 when ranks share a GPU (virtual ranks) */
+  int nccl;                  /* 1 when the communicator has the nccl algorithm */
+} arfPlanFacts_t;
+
+/* Defaults: one rank, bf16, max_tokens 1024, max_hidden 8192, 132 SMs, one rank per device. */
+void arfPlanFactsInit(arfPlanFacts_t* facts);
+/* The facts of a communicator. */
+arfStatus_t arfCommGetPlanFacts(arfComm_t comm, arfPlanFacts_t* facts);
+/* The plan a communicator with these facts (and no tuning table) would make for args' shape;
+ * pointers ignored, as arfPlanShape. No GPU needed. */
+arfStatus_t arfPlanFromFacts(const arfPlanFacts_t* facts, const arfFusedArgs_t* args,
+                             arfPlan_t* plan);
 
 /* Stream-ordered fused all-reduce (+ residual + RMSNorm). Pointers are device pointers on the
  * communicator's device, 16-byte aligned, contiguous row-major. Aliasing: allreduce_out may equal
@@ -339,6 +411,14 @@ const char* arfAlgorithmName(arfAlgorithm_t algorithm);
 /* Parses an algorithm name ("auto", "oneshot_lamport", ...); arfInvalidArgument if unknown. */
 arfStatus_t arfAlgorithmFromName(const char* name, arfAlgorithm_t* algorithm);
 const char* arfPatternName(arfPattern_t pattern);
+
+/* For language bindings that mirror the public structs: *value is the size of a struct
+ * ("arfFusedArgs_t"), the byte offset of a field ("arfFusedArgs_t.eps") or the value of an enum
+ * constant ("arfPatternResidualRmsNorm", "ARF_API_VERSION"), so a mirror is checked against the
+ * library it loaded instead of trusted. arfInvalidArgument for an unknown name. */
+arfStatus_t arfAbiQuery(const char* name, int64_t* value);
+/* Every name arfAbiQuery answers, one per line (static storage). */
+const char* arfAbiNames(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

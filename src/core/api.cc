@@ -1,5 +1,6 @@
 // The C API of arfusion.h: argument null-checks, Status -> arfStatus_t plus the thread-local
 // last-error string, and the names tables. Nothing here throws (nor does anything it calls).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,8 @@
 #include <vector>
 
 #include "arfusion/arfusion.h"
+#include "core/abi.h"
+#include "core/api_internal.h"
 #include "core/communicator.h"
 #include "core/quant_rules.h"
 #include "core/status.h"
@@ -41,6 +44,10 @@ arfStatus_t null_argument(const char* function, const char* name) {
 
 }  // namespace
 
+namespace arf {
+Communicator* communicator_of(arfComm_t comm) { return comm != nullptr ? comm->impl.get() : nullptr; }
+}  // namespace arf
+
 extern "C" {
 
 void arfCommConfigInit(arfCommConfig_t* config) {
@@ -59,6 +66,7 @@ void arfCommConfigInit(arfCommConfig_t* config) {
   config->timeout_seconds = 10.0;
   config->init_timeout_seconds = 60.0;
   config->programmatic_launch = 0;
+  config->verify_calls = 0;
 }
 
 arfStatus_t arfGetUniqueId(arfUniqueId* id) {
@@ -233,16 +241,11 @@ void arfFusedArgsInit(arfFusedArgs_t* args) {
   args->scale_layout = arfScaleRowMajor;
   args->scale_format = arfScaleFp32;
   args->fallback = arfFallbackAuto;
+  args->norm_rounding = arfNormRoundOnce;
 }
 
-arfStatus_t arfPlan(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan) {
-  ARF_API_REQUIRE(comm);
-  ARF_API_REQUIRE(args);
-  ARF_API_REQUIRE(plan);
-  // A version-1 caller's struct is shorter: read no further than its struct_size says.
-  arf::Result<arf::Plan> p = comm->impl->plan(arf::upgrade_fused_args(args));
-  if (!p.is_ok()) return report(p.status());
-  const arf::Plan& v = p.value();
+namespace {
+void fill_plan(const arf::Plan& v, arfPlan_t* plan) {
   plan->algorithm = static_cast<arfAlgorithm_t>(v.algorithm);
   plan->inner_allreduce = static_cast<arfAlgorithm_t>(v.inner_allreduce);
   plan->num_kernels = v.num_kernels;
@@ -251,6 +254,115 @@ arfStatus_t arfPlan(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan)
   plan->forced = v.forced ? 1 : 0;
   plan->fallback_level = v.fallback_level;
   std::snprintf(plan->reason, sizeof(plan->reason), "%s", v.reason.c_str());
+}
+}  // namespace
+
+arfStatus_t arfPlan(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan) {
+  ARF_API_REQUIRE(comm);
+  ARF_API_REQUIRE(args);
+  ARF_API_REQUIRE(plan);
+  // An older caller's struct is shorter: read no further than its struct_size says.
+  arf::Result<arf::Plan> p = comm->impl->plan(arf::upgrade_fused_args(args));
+  if (!p.is_ok()) return report(p.status());
+  fill_plan(p.value(), plan);
+  return arfSuccess;
+}
+
+arfStatus_t arfPlanShape(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan) {
+  ARF_API_REQUIRE(comm);
+  ARF_API_REQUIRE(args);
+  ARF_API_REQUIRE(plan);
+  arf::Result<arf::Plan> p = comm->impl->plan_shape(arf::upgrade_fused_args(args));
+  if (!p.is_ok()) return report(p.status());
+  fill_plan(p.value(), plan);
+  return arfSuccess;
+}
+
+void arfPlanFactsInit(arfPlanFacts_t* facts) {
+  if (facts == nullptr) return;
+  std::memset(facts, 0, sizeof(*facts));
+  facts->struct_size = sizeof(*facts);
+  facts->version = ARF_API_VERSION;
+  facts->world_size = 1;
+  facts->dtype = arfBFloat16;
+  facts->max_tokens = 1024;
+  facts->max_hidden = 8192;
+  facts->oneshot_max_tokens = 0;
+  facts->sm_count = 132;
+  facts->ranks_per_device = 1;
+  facts->nccl = 0;
+}
+
+arfStatus_t arfCommGetPlanFacts(arfComm_t comm, arfPlanFacts_t* facts) {
+  ARF_API_REQUIRE(comm);
+  ARF_API_REQUIRE(facts);
+  const arf::StaticFacts& f = comm->impl->facts();
+  arfPlanFactsInit(facts);
+  facts->world_size = f.world;
+  facts->dtype = f.dtype == arf::DType::kFp16 ? arfFloat16 : arfBFloat16;
+  facts->max_tokens = static_cast<size_t>(f.max_tokens);
+  facts->max_hidden = static_cast<size_t>(f.max_hidden);
+  facts->oneshot_max_tokens = static_cast<size_t>(f.oneshot_max_tokens);
+  facts->sm_count = f.min_sm_count;
+  facts->ranks_per_device = f.max_ranks_per_device;
+  facts->nccl = f.nccl ? 1 : 0;
+  return arfSuccess;
+}
+
+arfStatus_t arfPlanFromFacts(const arfPlanFacts_t* facts, const arfFusedArgs_t* args,
+                             arfPlan_t* plan) {
+  ARF_API_REQUIRE(facts);
+  ARF_API_REQUIRE(args);
+  ARF_API_REQUIRE(plan);
+  if (facts->struct_size != sizeof(arfPlanFacts_t) || facts->version != ARF_API_VERSION) {
+    return report(arf::invalid_argument(
+        "facts->struct_size/version " + std::to_string(facts->struct_size) + "/" +
+        std::to_string(facts->version) + " do not match this library (" +
+        std::to_string(sizeof(arfPlanFacts_t)) + "/" + std::to_string(ARF_API_VERSION) +
+        "); use arfPlanFactsInit"));
+  }
+  const int w = facts->world_size;
+  if ((w != 1 && w != 2 && w != 4 && w != 8) || facts->sm_count < 1 ||
+      facts->ranks_per_device < 1 || facts->ranks_per_device > w || facts->max_tokens < 1 ||
+      facts->max_tokens > static_cast<size_t>(INT32_MAX) || facts->max_hidden < 8 ||
+      facts->max_hidden > static_cast<size_t>(arf::kMaxHidden) || facts->max_hidden % 8 != 0 ||
+      (facts->dtype != arfBFloat16 && facts->dtype != arfFloat16)) {
+    return report(arf::invalid_argument(
+        "facts: world_size 1/2/4/8, sm_count >= 1, 1 <= ranks_per_device <= world_size, "
+        "max_tokens in [1, 2^31), max_hidden a multiple of 8 in [8, 16384], dtype bf16/fp16"));
+  }
+  arf::StaticFacts f;
+  f.world = w;
+  f.dtype = facts->dtype == arfFloat16 ? arf::DType::kFp16 : arf::DType::kBf16;
+  f.max_tokens = static_cast<int64_t>(facts->max_tokens);
+  f.max_hidden = static_cast<int64_t>(facts->max_hidden);
+  f.oneshot_max_tokens = static_cast<int64_t>(
+      facts->oneshot_max_tokens == 0 ? facts->max_tokens
+                                     : std::min(facts->oneshot_max_tokens, facts->max_tokens));
+  f.min_sm_count = facts->sm_count;
+  f.max_ranks_per_device = facts->ranks_per_device;
+  f.nccl = facts->nccl != 0;
+  const arfFusedArgs_t a = arf::upgrade_fused_args(args);
+  if (const arf::Status s = arf::validate_shape(a, f); !s.is_ok()) return report(s);
+  arf::Result<arf::Plan> p = arf::plan_for_shape(a, f, nullptr);
+  if (!p.is_ok()) return report(p.status());
+  fill_plan(p.value(), plan);
+  return arfSuccess;
+}
+
+arfStatus_t arfCommGetFirstLostCall(arfComm_t comm, uint64_t* call) {
+  ARF_API_REQUIRE(comm);
+  ARF_API_REQUIRE(call);
+  *call = comm->impl->first_lost_call();
+  return arfSuccess;
+}
+
+arfStatus_t arfCommWorkspaceBytes(const arfCommConfig_t* config, size_t* bytes) {
+  ARF_API_REQUIRE(config);
+  ARF_API_REQUIRE(bytes);
+  arf::Result<int64_t> b = arf::workspace_bytes(arf::upgrade_config(config));
+  if (!b.is_ok()) return report(b.status());
+  *bytes = static_cast<size_t>(b.value());
   return arfSuccess;
 }
 
@@ -319,6 +431,16 @@ arfStatus_t arfAlgorithmFromName(const char* name, arfAlgorithm_t* algorithm) {
       std::string("unknown algorithm name \"") + name +
       "\" (expected auto, oneshot_lamport, oneshot_pull, twoshot, unfused or nccl)"));
 }
+
+arfStatus_t arfAbiQuery(const char* name, int64_t* value) {
+  ARF_API_REQUIRE(name);
+  ARF_API_REQUIRE(value);
+  if (arf::abi_lookup(name, value)) return arfSuccess;
+  return report(arf::invalid_argument(std::string("arfAbiQuery: unknown name \"") + name +
+                                      "\" (arfAbiNames lists them)"));
+}
+
+const char* arfAbiNames(void) { return arf::abi_names(); }
 
 const char* arfPatternName(arfPattern_t pattern) {
   switch (pattern) {

@@ -127,9 +127,11 @@ Status check_devices(const std::vector<Range>& ranges, int device, const Pointer
 }
 
 Status check_header(const arfFusedArgs_t& a, const StaticFacts& facts) {
-  if (a.struct_size != sizeof(arfFusedArgs_t) && a.struct_size != kFusedArgsV1Bytes) {
+  if (a.struct_size != sizeof(arfFusedArgs_t) && a.struct_size != kFusedArgsV2Bytes &&
+      a.struct_size != kFusedArgsV1Bytes) {
     return invalid_argument("args->struct_size is " + std::to_string(a.struct_size) + ", expected " +
                             std::to_string(sizeof(arfFusedArgs_t)) + " (or " +
+                            std::to_string(kFusedArgsV2Bytes) + " for API versions 2-3, " +
                             std::to_string(kFusedArgsV1Bytes) +
                             " for API version 1; initialise args with arfFusedArgsInit)");
   }
@@ -140,12 +142,16 @@ Status check_header(const arfFusedArgs_t& a, const StaticFacts& facts) {
   }
   // The size says which fields exist, the version which header declared them: a mismatch means a
   // hand-built struct whose fields may not be where the caller thinks.
-  // Version 3 changed arfCommConfig_t only: a full-size args struct is version 2 or 3.
+  // Version 3 changed arfCommConfig_t only: a version-2-sized args struct is version 2 or 3.
   const bool v1_size = a.struct_size == kFusedArgsV1Bytes;
-  if (v1_size ? a.version != 1 : a.version < 2) {
+  const bool v2_size = a.struct_size == kFusedArgsV2Bytes;
+  const bool version_matches = v1_size   ? a.version == 1
+                               : v2_size ? (a.version == 2 || a.version == 3)
+                                         : a.version >= 4;
+  if (!version_matches) {
     return invalid_argument("args->version " + std::to_string(a.version) + " does not match " +
                             "args->struct_size " + std::to_string(a.struct_size) + " (a version " +
-                            (v1_size ? std::string("1") : "2 or later") + " struct)");
+                            (v1_size ? std::string("1") : v2_size ? "2 or 3" : "4") + " struct)");
   }
   if (raw_enum(a.pattern) < arfPatternAllReduce || raw_enum(a.pattern) > arfPatternResidualRmsNormMxfp4) {
     return invalid_argument("args->pattern " + std::to_string(raw_enum(a.pattern)) +
@@ -265,6 +271,11 @@ Status check_epilogue(const arfFusedArgs_t& a) {
     return invalid_argument("gamma_plus_one " + std::to_string(a.gamma_plus_one) +
                             " must be 0 or 1");
   }
+  const int rounding = raw_enum(a.norm_rounding);
+  if (rounding != arfNormRoundOnce && rounding != arfNormRoundBeforeWeight) {
+    return invalid_argument("norm_rounding " + std::to_string(rounding) +
+                            " is not a valid arfNormRounding_t");
+  }
   return Status::ok();
 }
 
@@ -305,10 +316,20 @@ arfFusedArgs_t upgrade_fused_args(const arfFusedArgs_t* args) {
   std::memset(&out, 0, sizeof(out));
   out.struct_size = args->struct_size;
   out.version = args->version;
-  if (args->struct_size == kFusedArgsV1Bytes || args->struct_size == sizeof(arfFusedArgs_t)) {
+  if (args->struct_size == kFusedArgsV1Bytes || args->struct_size == kFusedArgsV2Bytes ||
+      args->struct_size == sizeof(arfFusedArgs_t)) {
     std::memcpy(&out, args, args->struct_size);
   }
   return out;
+}
+
+Status validate_shape(const arfFusedArgs_t& args, const StaticFacts& facts) {
+  const arfFusedArgs_t a = upgrade_fused_args(&args);
+  ARF_RETURN_IF_ERROR(check_header(a, facts));
+  ARF_RETURN_IF_ERROR(check_shape(a, facts));
+  ARF_RETURN_IF_ERROR(check_quant_shape(a));
+  if (a.pattern != arfPatternAllReduce) ARF_RETURN_IF_ERROR(check_epilogue(a));
+  return Status::ok();
 }
 
 Status validate(const arfFusedArgs_t& args, const StaticFacts& facts, int device,
@@ -329,10 +350,11 @@ Status validate(const arfFusedArgs_t& args, const StaticFacts& facts, int device
     pattern = arfPatternName(a.pattern);
     ARF_RETURN_IF_ERROR(check_epilogue(a));
     const uint64_t gamma_bytes = a.hidden * (a.gamma_dtype == arfFloat32 ? 4 : 2);
-    ranges = {{"input", a.input, tensor_bytes, false},
-              {"residual_in", a.residual_in, tensor_bytes, false},
-              {"gamma", a.gamma, gamma_bytes, false},
-              {"residual_out", a.residual_out, tensor_bytes, true}};
+    ranges = {{"input", a.input, tensor_bytes, false}};
+    // residual_in NULL: no residual (the first layer), residual_out = the all-reduce.
+    if (a.residual_in != nullptr) ranges.push_back({"residual_in", a.residual_in, tensor_bytes, false});
+    ranges.push_back({"gamma", a.gamma, gamma_bytes, false});
+    ranges.push_back({"residual_out", a.residual_out, tensor_bytes, true});
     // norm_out is the quantized patterns' optional side output: NULL means "not wanted".
     const bool quant = is_quant_pattern(static_cast<Pattern>(a.pattern));
     if (!quant || a.norm_out != nullptr) {

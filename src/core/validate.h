@@ -35,12 +35,15 @@ using PointerCheck = std::function<Status(const void* ptr, const char* name, int
 // Clears the CUDA last-error state it may leave behind. Thread-safe, graph-capture safe.
 PointerCheck cuda_pointer_check();
 
-// sizeof(arfFusedArgs_t) as API version 1 callers were built with: everything up to `eps`.
+// sizeof(arfFusedArgs_t) as API version 1 callers were built with: everything up to `eps`; as
+// versions 2 and 3 declared it: everything up to `fallback`.
 inline constexpr size_t kFusedArgsV1Bytes = offsetof(arfFusedArgs_t, quant_out);
+inline constexpr size_t kFusedArgsV2Bytes = offsetof(arfFusedArgs_t, norm_rounding);
 
 // The caller's struct as a full current-version struct: copies struct_size bytes when struct_size
-// is a size this library knows (version 1's or the current one), so fields a version-1 caller's
-// struct does not have read as zero (null pointers, row-major, fp32, fallback auto). For any other
+// is a size this library knows (version 1's, versions 2-3's or the current one), so fields an
+// older caller's struct does not have read as zero (null pointers, row-major, fp32, fallback
+// auto, arfNormRoundOnce). For any other
 // struct_size only struct_size and version are copied, which validate() then rejects. Reads no
 // byte beyond what struct_size claims (past the header), so a version-1 struct in a version-1-sized
 // allocation is safe. Idempotent.
@@ -54,7 +57,7 @@ arfFusedArgs_t upgrade_fused_args(const arfFusedArgs_t* args);
 // (0..3; non-auto only for quantized patterns); scale_layout / scale_format for the pattern. A call
 // with num_tokens == 0 is a valid no-op and stops here (its pointers are not inspected). Then, per
 // pattern: required pointers non-null and aligned (16 bytes; scale_in 4); gamma dtype; eps;
-// aliasing (only allreduce_out == input, residual_out == residual_in and norm_out == input,
+// aliasing (residual_in may be NULL; only allreduce_out == input, residual_out == residual_in and norm_out == input,
 // exactly; quant_out and scale_out overlap nothing, over quant_out_bytes and
 // quant_scale_buffer_bytes); finally `check` on every pointer used. Quantized patterns: norm_out
 // may be NULL; scale_out is required when the pattern writes scales, scale_in when it reads one
@@ -62,6 +65,11 @@ arfFusedArgs_t upgrade_fused_args(const arfFusedArgs_t* args);
 // args.struct_size are treated as absent (upgrade_fused_args). Pure apart from `check`.
 Status validate(const arfFusedArgs_t& args, const StaticFacts& facts, int device,
                 const PointerCheck& check);
+
+// The checks of validate() that need no tensor: header, pattern/algorithm/dtype, shape, the
+// quantized pattern's rules and the epilogue's scalars. What arfPlanShape and arfPlanFromFacts
+// validate; a call of that shape may still be refused for its tensors.
+Status validate_shape(const arfFusedArgs_t& args, const StaticFacts& facts);
 
 // Validates one arfAllReduce call: dtype == communicator dtype, count a multiple of 8 and
 // <= max_tokens * max_hidden, in/out non-null, 16-byte aligned, equal or disjoint, on the device.

@@ -384,6 +384,49 @@ TEST_F(QuantValidate, VersionOneCallers) {
   expect_error("args->struct_size is");
 }
 
+// A version 2 or 3 caller: its struct ends at `fallback`; norm_rounding (version 4) reads as
+// arfNormRoundOnce whatever lies past it.
+TEST_F(QuantValidate, VersionTwoAndThreeCallers) {
+  EXPECT_EQ(kFusedArgsV2Bytes, offsetof(arfFusedArgs_t, fallback) + sizeof(arfFallbackLevel_t));
+  args_.pattern = arfPatternResidualRmsNormFp8PerToken;
+  args_.struct_size = kFusedArgsV2Bytes;
+  args_.norm_rounding = static_cast<arfNormRounding_t>(7);  // beyond the v2 struct: ignored
+  for (unsigned v : {2u, 3u}) {
+    args_.version = v;
+    expect_ok();
+  }
+  args_.version = 4;
+  expect_error("args->version 4 does not match args->struct_size");
+  args_.struct_size = sizeof(arfFusedArgs_t);
+  args_.version = 3;
+  expect_error("args->version 3 does not match args->struct_size");
+  args_.version = 4;
+  expect_error("norm_rounding 7 is not a valid arfNormRounding_t");
+  args_.norm_rounding = arfNormRoundBeforeWeight;
+  expect_ok();
+  std::vector<unsigned char> v2(kFusedArgsV2Bytes);
+  args_.struct_size = kFusedArgsV2Bytes;
+  args_.version = 3;
+  args_.norm_rounding = arfNormRoundBeforeWeight;
+  std::memcpy(v2.data(), &args_, kFusedArgsV2Bytes);
+  const arfFusedArgs_t up = upgrade_fused_args(reinterpret_cast<const arfFusedArgs_t*>(v2.data()));
+  EXPECT_EQ(up.norm_rounding, arfNormRoundOnce);
+  EXPECT_EQ(up.fallback, args_.fallback);
+}
+
+TEST_F(QuantValidate, ResidualInMayBeNull) {
+  std::vector<std::string> names;
+  check_ = [&names](const void*, const char* name, int) {
+    names.push_back(name);
+    return Status::ok();
+  };
+  args_.pattern = arfPatternResidualRmsNormFp8PerToken;
+  args_.residual_in = nullptr;
+  ASSERT_TRUE(run().is_ok()) << run().message();
+  EXPECT_EQ(names, (std::vector<std::string>{"input", "gamma", "residual_out", "norm_out",
+                                             "quant_out", "scale_out"}));
+}
+
 TEST(UpgradeFusedArgs, ReadsNoFurtherThanStructSize) {
   arfFusedArgs_t full;
   arfFusedArgsInit(&full);
