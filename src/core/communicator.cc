@@ -59,8 +59,45 @@ const char* phase_name(int32_t phase) {
     case Phase::kPullEndBarrier: return "pull_end_barrier";
     case Phase::kTwoshotScatterBarrier: return "twoshot_scatter_barrier";
     case Phase::kTwoshotGatherBarrier: return "twoshot_gather_barrier";
+    case Phase::kSharedDeviceGate: return "shared_device_gate";
   }
   return "unknown";
+}
+
+// "timeout: rank 1 waited for peer 0 in phase lamport_poll (call 1756, cta 49, epoch 1); peer 0
+// had started 1756 calls and completed 1755" — a copy of the record, read once (volatile).
+std::string describe_record(const ErrorRecord& r) {
+  const std::string where = " in phase " + std::string(phase_name(r.phase)) + " (call " +
+                            std::to_string(r.call) + ", cta " + std::to_string(r.cta) +
+                            ", epoch " + std::to_string(r.epoch) + ")";
+  const std::string peer_state = "; peer " + std::to_string(r.peer) + " had started " +
+                                 std::to_string(r.peer_entered) + " calls and completed " +
+                                 std::to_string(r.peer_completed);
+  if (r.code == arfInternal) {
+    return "integrity check failed: rank " + std::to_string(r.rank) + " in call " +
+           std::to_string(r.call) + " received data of call " + std::to_string(r.seen_call) +
+           " (low 32 bits) from peer " + std::to_string(r.peer) + where + peer_state +
+           "; calls from " + std::to_string(r.call) + " on are lost";
+  }
+  return "timeout: rank " + std::to_string(r.rank) + " waited for peer " + std::to_string(r.peer) +
+         where + peer_state + "; calls from " + std::to_string(r.call) + " on are lost";
+}
+
+ErrorRecord snapshot(const ErrorRecord* record) {
+  const volatile ErrorRecord* v = record;
+  ErrorRecord r{};
+  r.code = v->code;
+  r.claim = v->claim;
+  r.rank = v->rank;
+  r.peer = v->peer;
+  r.phase = v->phase;
+  r.cta = v->cta;
+  r.epoch = v->epoch;
+  r.seen_call = v->seen_call;
+  r.call = v->call;
+  r.peer_entered = v->peer_entered;
+  r.peer_completed = v->peer_completed;
+  return r;
 }
 
 bool valid_timeout(double s) { return std::isfinite(s) && s >= 0.0; }
@@ -94,6 +131,8 @@ KernelParams make_base_params(int rank, const StaticFacts& facts,
     p.peers.scatter[r] = ws.scatter();
     p.peers.gather[r] = ws.gather();
     p.peers.flags[r] = ws.flags();
+    p.peers.verify[r] = ws.verify();
+    p.peers.ctrl[r] = ws.ctrl();
   }
   const Workspace& mine = infos[rank].workspace;
   p.lamport_slot_elems = mine.layout.lamport_slot_elems;
@@ -185,28 +224,49 @@ double effective_init_timeout(const arfCommConfig_t& c) {
 arfCommConfig_t upgrade_config(const arfCommConfig_t* caller) {
   arfCommConfig_t c;
   std::memset(&c, 0, sizeof(c));
-  const size_t n = caller->struct_size == kCommConfigV2Bytes ? kCommConfigV2Bytes : sizeof(c);
+  const size_t n = caller->struct_size == kCommConfigV2Bytes   ? kCommConfigV2Bytes
+                   : caller->struct_size == kCommConfigV3Bytes ? kCommConfigV3Bytes
+                                                               : sizeof(c);
   std::memcpy(&c, caller, n);
   return c;
 }
 
+Result<int64_t> workspace_bytes(const arfCommConfig_t& c) {
+  ARF_RETURN_IF_ERROR(validate_config(c));
+  const int64_t oneshot = static_cast<int64_t>(
+      c.oneshot_max_tokens == 0 ? c.max_tokens : std::min(c.oneshot_max_tokens, c.max_tokens));
+  Result<WorkspaceLayout> layout =
+      workspace_layout(c.world_size, c.dtype == arfFloat16 ? DType::kFp16 : DType::kBf16,
+                       static_cast<int64_t>(c.max_tokens), static_cast<int64_t>(c.max_hidden),
+                       oneshot);
+  if (!layout.is_ok()) return layout.status();
+  return layout.value().total_bytes;
+}
+
 Status validate_config(const arfCommConfig_t& c) {
   const bool v2_size = c.struct_size == kCommConfigV2Bytes;
-  const bool size_ok = v2_size || c.struct_size == sizeof(arfCommConfig_t);
-  // Version 3 added programmatic_launch; a version 1 or 2 struct has the version 2 layout.
-  const bool version_ok = v2_size ? (c.version >= 1 && c.version <= 2)
-                                  : (c.version == 3 && ARF_API_VERSION == 3);
+  const bool v3_size = c.struct_size == kCommConfigV3Bytes;
+  const bool size_ok = v2_size || v3_size || c.struct_size == sizeof(arfCommConfig_t);
+  // Version 3 added programmatic_launch, version 4 verify_calls; a version 1 or 2 struct has the
+  // version 2 layout.
+  const bool version_ok = v2_size   ? (c.version >= 1 && c.version <= 2)
+                          : v3_size ? c.version == 3
+                                    : (c.version == 4 && ARF_API_VERSION == 4);
   if (!size_ok || !version_ok) {
     return invalid_argument("config struct_size " + std::to_string(c.struct_size) + " / version " +
                             std::to_string(c.version) + " do not match this library (" +
                             std::to_string(sizeof(arfCommConfig_t)) + " / " +
-                            std::to_string(ARF_API_VERSION) + ", or " +
+                            std::to_string(ARF_API_VERSION) + ", " +
+                            std::to_string(kCommConfigV3Bytes) + " / 3, or " +
                             std::to_string(kCommConfigV2Bytes) +
                             " / 1-2); use arfCommConfigInit");
   }
   if (c.programmatic_launch != 0 && c.programmatic_launch != 1) {
     return invalid_argument("programmatic_launch " + std::to_string(c.programmatic_launch) +
                             " must be 0 or 1");
+  }
+  if (c.verify_calls != 0 && c.verify_calls != 1) {
+    return invalid_argument("verify_calls " + std::to_string(c.verify_calls) + " must be 0 or 1");
   }
   const int transport = raw_enum(c.transport);
   if (transport != arfTransportLocal && transport != arfTransportIpc) {
@@ -316,6 +376,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   }
   comm->base_params_ = make_base_params(c.rank, comm->facts_, infos, c.timeout_seconds);
   comm->base_params_.programmatic_launch = c.programmatic_launch;
+  const char* verify_env = std::getenv("ARF_VERIFY_CALLS");
+  comm->base_params_.verify_calls =
+      c.verify_calls != 0 || (verify_env != nullptr && std::strcmp(verify_env, "1") == 0) ? 1 : 0;
+  comm->base_params_.device_mates = comm->group_->device_mates_mask(c.rank);
   comm->timeout_seconds_ = static_cast<double>(comm->base_params_.timeout_ns) * 1e-9;
   comm->pointer_check_ = cuda_pointer_check();
   {
@@ -399,6 +463,29 @@ Status Communicator::destroy() {
   return left;
 }
 
+Result<Plan> plan_for_shape(const arfFusedArgs_t& args, const StaticFacts& facts,
+                            const TuningTable* table) {
+  CallShape shape;
+  shape.pattern = static_cast<Pattern>(args.pattern);
+  shape.requested = static_cast<Algorithm>(args.algorithm);
+  shape.requested_fallback = static_cast<int>(args.fallback);
+  shape.dtype = static_cast<DType>(args.dtype);
+  shape.num_elems = static_cast<int64_t>(args.num_tokens * args.hidden);
+  shape.row_elems = static_cast<int>(args.hidden);
+  shape.num_rows = static_cast<int64_t>(args.num_tokens);
+  return make_plan(shape, facts, table);
+}
+
+Result<Plan> Communicator::plan_shape(const arfFusedArgs_t& caller_args) const {
+  const arfFusedArgs_t args = upgrade_fused_args(&caller_args);
+  ARF_RETURN_IF_ERROR(validate_shape(args, facts_));
+  Result<Plan> plan = plan_for_shape(args, facts_, tuning_table_.get());
+  if (!plan.is_ok() && args.algorithm == arfAlgoNccl && !facts_.nccl) {
+    return Status(plan.status().code(), plan.status().message() + ": " + nccl_why_);
+  }
+  return plan;
+}
+
 Result<Plan> Communicator::plan(const arfFusedArgs_t& caller_args) const {
   const arfFusedArgs_t args = upgrade_fused_args(&caller_args);
   ARF_RETURN_IF_ERROR(validate(args, facts_, device_, pointer_check_));
@@ -417,23 +504,39 @@ Result<Plan> Communicator::plan(const arfFusedArgs_t& caller_args) const {
   return plan;
 }
 
+Status Communicator::fail(Status why) {
+  if (!failed_) {
+    failed_ = true;
+    failure_ = std::move(why);
+    group_->mark_failed(rank_, failure_);
+  }
+  return failure_;
+}
+
 Status Communicator::async_error() {
   if (failed_) return failure_;
   for (const ErrorRecord* record : error_records_) {
-    const volatile ErrorRecord* rec = record;
-    const int32_t code = rec->code;
-    if (code == 0) continue;
+    if (reinterpret_cast<const volatile ErrorRecord*>(record)->code == 0) continue;
     // The kernel publishes `code` last, after a system fence: the details are complete.
+    const ErrorRecord r = snapshot(record);
     const arfStatus_t status =
-        code > 0 && code <= arfCommFailed ? static_cast<arfStatus_t>(code) : arfInternal;
-    failed_ = true;
-    failure_ = Status(status, "timeout: rank " + std::to_string(rec->rank) + " waited for peer " +
-                                  std::to_string(rec->peer) + " in phase " +
-                                  phase_name(rec->phase) + " (cta " + std::to_string(rec->cta) +
-                                  ", epoch " + std::to_string(rec->epoch) + ")");
-    return failure_;
+        r.code > 0 && r.code <= arfCommFailed ? static_cast<arfStatus_t>(r.code) : arfInternal;
+    return fail(Status(status, describe_record(r)));
   }
   return Status::ok();
+}
+
+uint64_t Communicator::first_lost_call() {
+  (void)async_error();
+  uint64_t first = host_failed_call_;
+  for (const ErrorRecord* record : error_records_) {
+    const ErrorRecord r = snapshot(record);
+    if (r.code != 0) first = std::min(first, r.call);
+  }
+  // A communicator failed by NCCL or a host-side wait before any device record names no index:
+  // the call being issued then is the first that may be lost.
+  if (failed_ && first == UINT64_MAX) first = collective_calls_enqueued_;
+  return first;
 }
 
 Status Communicator::launch_nccl(const Plan& plan, Pattern pattern, const KernelParams& params,
@@ -449,9 +552,7 @@ Status Communicator::launch_nccl(const Plan& plan, Pattern pattern, const Kernel
       !reduced.is_ok()) {
     // NCCL refused or did not settle the collective: peers may be inside it, so later calls
     // would pair with the wrong ones. The communicator is failed, like after a kernel timeout.
-    failed_ = true;
-    failure_ = reduced;
-    return reduced;
+    return fail(reduced);
   }
   if (pattern != Pattern::kAllReduce) {
     KernelParams epilogue = params;
@@ -475,13 +576,15 @@ Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const Ker
   // Ranks sharing a GPU may share hardware queues: kernel i of every rank must be enqueued before
   // kernel i+1 of any rank, or a spinning kernel can sit in the queue ahead of the peer kernel it
   // waits for. Counted per kernel, so the two kernels of an unfused call are ordered too.
+  const uint64_t call_index = collective_calls_enqueued_;
   auto wait_turn = [&]() -> Status {
     if (!take_turn) return Status::ok();
     Status turn = group_->wait_enqueue_turn(rank_, kernels_enqueued_, timeout_seconds_);
     if (!turn.is_ok()) {
       // The ranks no longer issue the same sequence of calls: the collective is broken.
-      failed_ = true;
-      failure_ = turn;
+      host_failed_call_ = std::min(host_failed_call_, call_index);
+      return fail(Status(turn.code(),
+                         turn.message() + " (this rank's call " + std::to_string(call_index) + ")"));
     }
     return turn;
   };
@@ -496,7 +599,15 @@ Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const Ker
     return wait_turn();
   }));
   mark_enqueued();
+  ++collective_calls_enqueued_;
   last_plan_ = plan;
+#if !defined(ARF_NEGATIVE_CONTROL_NO_SHARED_DEVICE_GATE)
+  // Return only once every mate has enqueued this call too. Streams may share a hardware FIFO: a
+  // kernel the caller enqueues after this call (stream-ordered behind our spinning kernel) must
+  // not enter a shared FIFO ahead of a mate's kernel of this call, or it blocks the FIFO head
+  // while our kernel waits for the mate's, which sits behind it (local.h).
+  ARF_RETURN_IF_ERROR(wait_turn());
+#endif
   return stream_check_.after_call(stream);
 }
 
@@ -504,9 +615,8 @@ Status Communicator::check_same_call(const local::CallSignature& signature) {
   Status same = group_->record_call(rank_, calls_issued_, signature);
   if (!same.is_ok()) {
     // The ranks no longer issue the same calls: peers may already wait for this one.
-    failed_ = true;
-    failure_ = same;
-    return same;
+    host_failed_call_ = std::min(host_failed_call_, collective_calls_enqueued_);
+    return fail(same);
   }
   ++calls_issued_;
   return Status::ok();
@@ -556,6 +666,7 @@ Status Communicator::fused_allreduce(const arfFusedArgs_t& caller_args, cudaStre
     p.gamma_offset = args.gamma_plus_one ? 1.0f : 0.0f;
     p.eps = args.eps;
   }
+  if (args.pattern != arfPatternAllReduce) p.norm_rounding = static_cast<int>(args.norm_rounding);
   const Pattern pattern = static_cast<Pattern>(args.pattern);
   if (is_quant_pattern(pattern)) {
     p.quant_out = args.quant_out;

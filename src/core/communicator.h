@@ -22,8 +22,10 @@
 
 namespace arf {
 
-// Size of arfCommConfig_t as API versions 1 and 2 declared it (without programmatic_launch).
+// Size of arfCommConfig_t as API versions 1 and 2 declared it (without programmatic_launch), and
+// as version 3 did (without verify_calls).
 inline constexpr size_t kCommConfigV2Bytes = offsetof(arfCommConfig_t, programmatic_launch);
+inline constexpr size_t kCommConfigV3Bytes = offsetof(arfCommConfig_t, verify_calls);
 
 // The caller's config as a full current struct: a version-2-sized struct is copied and the fields
 // it lacks are zero. Any other size is copied whole (validate_config then judges it).
@@ -31,6 +33,9 @@ arfCommConfig_t upgrade_config(const arfCommConfig_t* caller);
 
 // The bound of every init-time wait: init_timeout_seconds, or the default (60 s) when 0.
 double effective_init_timeout(const arfCommConfig_t& c);
+
+// The bytes of the workspace a rank with this config allocates on its device (arfCommWorkspaceBytes).
+Result<int64_t> workspace_bytes(const arfCommConfig_t& config);
 
 // Checks a config on its own (no CUDA calls): struct_size/version, world in {1,2,4,8},
 // 0 <= rank < world, max_hidden a multiple of 8 in [8, 16384], 1 <= max_tokens <= INT32_MAX,
@@ -49,6 +54,10 @@ Result<std::string> tuning_table_contribution(int rank, const char* env_value);
 // when rank 0 had none. Deterministic, so every rank derives an equal table from the same text.
 Result<std::shared_ptr<const TuningTable>> agree_tuning_table(
     const std::vector<RankInfo>& infos);
+
+// The plan of a validated call shape (pointers not read): what plan() and arfPlanFromFacts share.
+Result<Plan> plan_for_shape(const arfFusedArgs_t& args, const StaticFacts& facts,
+                            const TuningTable* table);
 
 class Communicator {
  public:
@@ -69,6 +78,8 @@ class Communicator {
   // `args` must be a full current-version struct in memory (api.cc passes upgrade_fused_args of
   // the caller's); fields beyond its struct_size are ignored.
   Result<Plan> plan(const arfFusedArgs_t& args) const;
+  // plan() without tensors (arfPlanShape): validate_shape + make_plan, pointers ignored.
+  Result<Plan> plan_shape(const arfFusedArgs_t& args) const;
 
   // Stream-ordered fused all-reduce (arfFusedAllReduce). Refuses with CommFailed once failed.
   // Graph-capture safe. One host thread at a time. Same precondition on `args` as plan().
@@ -79,9 +90,13 @@ class Communicator {
                    cudaStream_t stream);
 
   // Reads the host-mapped ErrorRecords of every rank of the group without synchronizing. After a
-  // device timeout on any rank, marks the communicator failed and returns (now and forever)
-  // arfTimeout naming the rank that waited, its peer, phase, CTA and epoch.
+  // device timeout (or integrity failure) on any rank, marks the communicator failed and returns
+  // (now and forever) arfTimeout (arfInternal) naming the rank, its peer, phase, CTA and call index.
   Status async_error();
+
+  // arfCommGetFirstLostCall: the smallest call index of any rank's error record, or of a call this
+  // rank failed on the host; UINT64_MAX while healthy.
+  uint64_t first_lost_call();
 
   int rank() const { return rank_; }
   int world() const { return facts_.world; }
@@ -91,9 +106,14 @@ class Communicator {
   const TuningTable* tuning_table() const { return tuning_table_.get(); }
   // The plan of the last successful launch (default-constructed before the first).
   const Plan& last_plan() const { return last_plan_; }
+  // This rank's protocol state on its device (tests corrupt it to prove the integrity check).
+  ControlBlock* control_block() const { return base_params_.ctrl; }
 
  private:
   Communicator() = default;
+  // The one way the communicator fails: records the first reason (later ones are dropped), tells
+  // device mates waiting on this rank's enqueues (Group::mark_failed), and returns the failure.
+  Status fail(Status why);
   // Same call on every rank (local::CallSignatureLog): a mismatch fails the communicator.
   Status check_same_call(const local::CallSignature& signature);
   Status launch_checked(const Plan& plan, Pattern pattern, const KernelParams& params,
@@ -123,6 +143,10 @@ class Communicator {
   StreamOrderCheck stream_check_;  // ARF_DEBUG_CHECKS=1 only
   uint64_t calls_issued_ = 0;      // calls with tokens, for the cross-rank signature check
   uint64_t kernels_enqueued_ = 0;  // launched kernels, for the virtual-rank enqueue order (local.h)
+  // Eager calls that launched collective kernels (custom algorithms): the device call index of
+  // the next such call while no graph replays interleave. Names a call that failed on the host.
+  uint64_t collective_calls_enqueued_ = 0;
+  uint64_t host_failed_call_ = UINT64_MAX;
   double timeout_seconds_ = 0;   // bound of device waits and of the enqueue-order wait
   bool failed_ = false;
   Status failure_;  // why, once failed_

@@ -45,7 +45,7 @@ enum class Pattern : int {
 };
 inline constexpr bool is_quant_pattern(Pattern p) { return static_cast<int>(p) >= 2; }
 
-// Phases named in timeout reports (ErrorRecord::phase).
+// Phases named in timeout and integrity reports (ErrorRecord::phase).
 enum class Phase : int {
   kNone = 0,
   kLamportPoll = 1,
@@ -53,15 +53,24 @@ enum class Phase : int {
   kPullEndBarrier = 3,
   kTwoshotScatterBarrier = 4,
   kTwoshotGatherBarrier = 5,
+  kSharedDeviceGate = 6,  // ranks sharing a GPU: waiting for every device mate to reach the call
 };
 
-// Local to one rank, in its device workspace; peers never touch it.
+// One rank's protocol state, in its device workspace. Written only by this rank's kernels; peers
+// read call_index and calls_entered for diagnostics (a timeout report says where the peer was).
 struct ControlBlock {
   uint32_t lamport_buffer;    // buffer (0..2) the next Lamport call reads; rotated, never a raw count
                               // (a count % 3 would repeat a buffer when a 32-bit counter wraps)
-  uint32_t lamport_arrivals;  // CTAs finished with the current Lamport call (the last one rotates)
-  uint64_t lamport_calls;     // Lamport calls completed (diagnostics only)
+  uint32_t exit_arrivals;     // CTAs finished with the current collective kernel (the last one
+                              // advances call_index and, for Lamport, rotates the buffers)
+  uint64_t lamport_calls;     // Lamport calls completed (debug-stall key, diagnostics)
   uint64_t lamport_clear_elems[kLamportBuffers];  // per-slot elements written into buffer i at its last use
+  // Index of the next collective call of this rank: every collective kernel (any algorithm, eager
+  // or graph replay) reads it at entry and its last CTA advances it at exit. Identical on every
+  // rank at the same call; the call index of error reports and arfCommGetFirstLostCall.
+  uint64_t call_index;
+  uint64_t calls_entered;     // call_index + 1 of the last collective kernel whose CTA 0 started
+  uint32_t gate_epoch;        // shared-device gates this rank passed (protocol.cuh, shared_device_gate)
   uint32_t abort;             // set by the first expired wait: every later wait gives up at once
   uint32_t cta_epoch[kMaxCtas];  // per-CTA barrier epoch, monotonic (see PeerBarrier in protocol.cuh)
 };
@@ -70,14 +79,28 @@ struct ControlBlock {
 // (`claim` is taken with a compare-and-swap); the detail fields are written next and `code` last,
 // after a system fence, so a host that sees a non-zero code sees the complete record.
 struct ErrorRecord {
-  int32_t code;   // 0 = none, else an arfStatus_t (arfTimeout); published last
+  int32_t code;   // 0 = none, else an arfStatus_t (arfTimeout, or arfInternal for an integrity
+                  // failure); published last
   int32_t claim;  // 0 until the first failing wait claims the record
   int32_t rank;
   int32_t peer;
   int32_t phase;  // Phase
   int32_t cta;
-  uint32_t epoch;  // the CTA's barrier epoch or the Lamport epoch at the time
+  uint32_t epoch;  // the CTA's barrier epoch, the Lamport buffer or the gate epoch at the time
+  uint32_t seen_call;       // integrity failure: the (low 32 bits of the) call index the peer published
+  uint64_t call;            // the recording rank's call index (ControlBlock::call_index)
+  uint64_t peer_entered;    // the peer's calls_entered when the wait expired
+  uint64_t peer_completed;  // the peer's call_index when the wait expired
 };
+
+// Flag words per rank: kMaxCtas rows of barrier flags, then one row of shared-device gate words.
+inline constexpr int kFlagRows = kMaxCtas + 1;
+inline constexpr int kGateRow = kMaxCtas;
+
+// Words of the per-call integrity check of Lamport calls (verify_calls): one slot header per
+// [kLamportBuffers][kMaxCtas][kMaxRanks] (buffer, CTA, source rank). Written by peers. Barriers
+// carry the call index in their flag words instead (protocol_index.h, flag_word).
+inline constexpr int64_t kVerifyWords = int64_t{kLamportBuffers} * kMaxCtas * kMaxRanks;
 
 // Peer-visible regions of every rank, indexed by rank (own rank included).
 struct PeerBuffers {
@@ -85,7 +108,9 @@ struct PeerBuffers {
   void* pull[kMaxRanks];      // oneshot_pull copy-in buffer [capacity elems]
   void* scatter[kMaxRanks];   // twoshot reduce-scatter inbox [world][scatter_slot_elems]
   void* gather[kMaxRanks];    // twoshot all-gather inbox [capacity elems]
-  uint32_t* flags[kMaxRanks];  // [kMaxCtas][kMaxRanks]: flags[cta * kMaxRanks + src_rank]
+  uint64_t* flags[kMaxRanks];  // [kFlagRows][kMaxRanks]: flags[cta * kMaxRanks + src_rank]
+  uint32_t* verify[kMaxRanks];  // [kVerifyWords] (verify_calls)
+  const ControlBlock* ctrl[kMaxRanks];  // read for diagnostics only
 };
 
 // Everything a kernel needs, passed by value (well under the 4 KiB parameter limit).
@@ -125,6 +150,11 @@ struct KernelParams {
   uint64_t timeout_ns;         // bound of every spin-wait
   // Host side only: launch with programmatic dependent launch (kernels/pdl.cuh).
   int programmatic_launch;
+  int verify_calls;    // 1: the per-call integrity check (protocol.cuh)
+  int norm_rounding;   // arfNormRounding_t: 1 rounds y * rsqrt(...) to the dtype before gamma
+  // Bit r set: rank r shares this rank's GPU (and is not this rank). The shared-device gate waits
+  // for exactly these ranks; 0 on a rank alone on its GPU (no gate is launched).
+  uint32_t device_mates;
 };
 
 inline constexpr size_t dtype_bytes(DType t) { return t == DType::kFp32 ? 4 : 2; }

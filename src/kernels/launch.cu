@@ -12,6 +12,7 @@
 
 #include "core/cuda_check.h"
 #include "kernels/kernel_params.h"
+#include "kernels/protocol.cuh"
 #include "kernels/vec.cuh"
 
 namespace arf {
@@ -133,6 +134,34 @@ Status launch_typed(const Plan& plan, Pattern pattern, const KernelParams& param
   return launch_allreduce_kernel<T>(plan.algorithm, plan.grid, plan.block, pattern, params, stream);
 }
 
+// One CTA per rank sharing a GPU, before each collective kernel: protocol.cuh, shared_device_gate.
+// Launched without the PDL attribute, so it starts only once the caller's earlier kernels on the
+// stream have completed; it calls no launch_dependents, so our collective (even a PDL launch)
+// starts only once the gate has passed.
+__global__ void __launch_bounds__(32, 1) shared_device_gate_kernel(const KernelParams p) {
+  if (protocol::aborted(p)) return;
+  (void)protocol::shared_device_gate(p);
+}
+
+// The gate is owed by every call of a rank that shares its GPU (captured calls too: the graph
+// replays it). The negative-control build without it keeps the protocol that deadlocks.
+bool needs_gate(const KernelParams& params) {
+#if defined(ARF_NEGATIVE_CONTROL_NO_SHARED_DEVICE_GATE)
+  (void)params;
+  return false;
+#else
+  return params.device_mates != 0;
+#endif
+}
+
+Status launch_gate(const KernelParams& params, cudaStream_t stream) {
+  shared_device_gate_kernel<<<1, 32, 0, stream>>>(params);
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::ok();
+  return Status(arfCudaError, std::string("launch of the shared-device gate failed: ") +
+                                  cudaGetErrorString(err));
+}
+
 __global__ void fill_u16_kernel(uint16_t* ptr, int64_t count, uint16_t value) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
@@ -158,6 +187,10 @@ Status preload_typed(int world) {
 
 Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams& params,
               cudaStream_t stream, const BetweenKernels& between_kernels) {
+  if (needs_gate(params)) {
+    ARF_RETURN_IF_ERROR(launch_gate(params, stream));
+    if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
+  }
   switch (dtype) {
     case DType::kBf16: return launch_typed<__nv_bfloat16>(plan, pattern, params, stream, between_kernels);
 #if defined(ARF_DIAGNOSTIC_KERNEL_SUBSET)
@@ -188,6 +221,8 @@ Status launch_epilogue(const Plan& plan, Pattern pattern, DType dtype, const Ker
 }
 
 Status preload_kernels(int world, DType dtype) {
+  cudaFuncAttributes gate_attr;
+  ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&gate_attr, shared_device_gate_kernel));
   switch (dtype) {
     case DType::kBf16: return preload_typed<__nv_bfloat16>(world);
 #if defined(ARF_DIAGNOSTIC_KERNEL_SUBSET)

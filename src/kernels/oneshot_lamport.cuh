@@ -85,10 +85,13 @@ template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lamport_kernel(const KernelParams p) {
   pdl_wait();
   protocol::LamportState s{};
+  uint32_t call = 0;
   if constexpr (kWorld > 1) {
     if (protocol::aborted(p)) return;
+    call = static_cast<uint32_t>(protocol::call_entry(p));
     s = protocol::load_lamport_state(p);
     debug::stall_lamport(p, debug::StallPoint::kBeforePublish);
+    protocol::lamport_publish_header<kWorld>(p, s.buffer, call);
     lamport_push_rows<T, kWorld, Epilogue::kVecs>(p, s);  // first, so peers can start reducing
     lamport_clear_previous<kWorld>(p, s);
     debug::stall_lamport(p, debug::StallPoint::kBeforeRead);
@@ -98,7 +101,11 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lampo
     return canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
   });
   debug::stall_lamport(p, debug::StallPoint::kBeforeArrive);
-  if constexpr (kWorld > 1) protocol::lamport_arrive(p, s);
+  if constexpr (kWorld > 1) {
+    // A failed check or wait leaves the index and the rotation alone: the communicator has failed.
+    if (!protocol::lamport_check_headers<kWorld>(p, s.buffer, call) || protocol::aborted(p)) return;
+    protocol::call_exit(p, &s);
+  }
   pdl_launch_dependents();
 }
 

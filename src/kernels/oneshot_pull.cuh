@@ -1,6 +1,6 @@
 // oneshot_pull: copy-in, start barrier, every rank reads the row from all peers' copy-in buffers,
-// end barrier. The end barrier is the seed-004 fix: without it a fast rank returns and its next call
-// overwrites its copy-in buffer while a slow peer is still reading it (silent corruption under skew).
+// end barrier. Without the end barrier a fast rank returns and its next call overwrites its copy-in
+// buffer while a slow peer is still reading it (silent corruption under skew; AITER PR #4346).
 #pragma once
 
 #include "kernels/debug_stall.cuh"
@@ -41,21 +41,26 @@ template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_pull_kernel(const KernelParams p) {
   pdl_wait();
   if (protocol::aborted(p)) return;
+  const uint32_t call = static_cast<uint32_t>(protocol::call_entry(p));
   const uint32_t epoch = protocol::load_cta_epoch(p);
   debug::stall(p, debug::StallPoint::kBeforePublish, epoch);
   pull_copy_in_rows<T, Epilogue::kVecs>(p);
-  // Release/acquire: the copy-in was written in this kernel (design rule 3).
-  if (protocol::peer_barrier<kWorld>(p, epoch + 1, Phase::kPullStartBarrier)) {
+  bool ok = false;
+  // Release/acquire: the copy-in was written in this kernel, and peers read it next.
+  if (protocol::peer_barrier<kWorld>(p, epoch + 1, Phase::kPullStartBarrier, call)) {
     debug::stall(p, debug::StallPoint::kBeforeRead, epoch);
     for_each_owned_row<Epilogue>(
         p, [&](const RowSlice& rs, int k) { return pull_reduce_vec<T, kWorld>(p, rs.elem(k)); });
     debug::stall(p, debug::StallPoint::kBeforeCloseBarrier, epoch);
 #ifndef ARF_NEGATIVE_CONTROL_NO_END_BARRIER
     // Peers are done reading our copy-in buffer only once they pass this barrier.
-    protocol::peer_barrier<kWorld>(p, epoch + 2, Phase::kPullEndBarrier);
+    ok = protocol::peer_barrier<kWorld>(p, epoch + 2, Phase::kPullEndBarrier, call);
+#else
+    ok = true;
 #endif
   }
   protocol::store_cta_epoch(p, epoch + 2);
+  if (ok) protocol::call_exit(p, nullptr);
   pdl_launch_dependents();
 }
 

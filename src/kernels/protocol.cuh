@@ -15,25 +15,26 @@ namespace arf::protocol {
 
 // Publishes everything this CTA wrote before the preceding __syncthreads() (release is cumulative
 // through bar.sync) to a peer that acquires the same word. .sys scope: the peer may be another GPU.
-__device__ __forceinline__ void st_release_sys(uint32_t* ptr, uint32_t value) {
+// 64 bits: a flag word carries the epoch and the writer's call index in one access (flag_word).
+__device__ __forceinline__ void st_release_sys(uint64_t* ptr, uint64_t value) {
 #if defined(ARF_NEGATIVE_CONTROL_RELAXED_FLAGS)
   // Negative control only (cmake/stress.cmake): AITER #2890's bug, a relaxed flag store that no
   // longer publishes the payload. arfusion-stress must detect the corruption.
-  asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(ptr), "l"(value) : "memory");
 #else
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(ptr), "r"(value) : "memory");
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(ptr), "l"(value) : "memory");
 #endif
 }
 
 // Pairs with st_release_sys: loads after it (and, through the following bar.sync, the CTA's loads)
 // observe the peer's data. Plain volatile would not order the payload (vLLM PR #2760, AITER #2890).
-__device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t* ptr) {
-  uint32_t value;
+__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* ptr) {
+  uint64_t value;
 #if defined(ARF_NEGATIVE_CONTROL_RELAXED_FLAGS)
   // Negative control only (cmake/stress.cmake): the matching relaxed load (see st_release_sys).
-  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(value) : "l"(ptr) : "memory");
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(value) : "l"(ptr) : "memory");
 #else
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(value) : "l"(ptr) : "memory");
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(value) : "l"(ptr) : "memory");
 #endif
   return value;
 }
@@ -56,11 +57,17 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
 
 // ---- bounded waits -------------------------------------------------------------------------------
 
-// Records the first expired wait (rank, peer, phase, CTA, epoch) in the host-mapped error record and
-// raises the local abort word, so every other wait of this rank gives up at once instead of each
-// row or barrier waiting out its own timeout.
-__device__ __forceinline__ void record_timeout(const KernelParams& p, int peer, Phase phase,
-                                               uint32_t epoch) {
+// This rank's call index, read by every wait report. Within a collective kernel it is the kernel's
+// own index: call_exit advances it only after every CTA has finished (the reporting CTA has not).
+__device__ __forceinline__ uint64_t current_call(const KernelParams& p) {
+  return *reinterpret_cast<const volatile uint64_t*>(&p.ctrl->call_index);
+}
+
+// Claims the rank's error record (the first failure wins), fills in the details, and raises the
+// local abort word so every other wait of this rank gives up at once instead of each row or
+// barrier waiting out its own timeout. `code` is arfTimeout or arfInternal.
+__device__ __forceinline__ void record_failure(const KernelParams& p, int32_t code, int peer,
+                                               Phase phase, uint32_t epoch, uint32_t seen_call) {
   atomicExch(&p.ctrl->abort, 1u);
   if (atomicCAS(&p.error->claim, 0, 1) == 0) {
     p.error->rank = p.rank;
@@ -68,9 +75,30 @@ __device__ __forceinline__ void record_timeout(const KernelParams& p, int peer, 
     p.error->phase = static_cast<int32_t>(phase);
     p.error->cta = static_cast<int32_t>(blockIdx.x);
     p.error->epoch = epoch;
+    p.error->seen_call = seen_call;
+    p.error->call = current_call(p);
+    // Where the peer was, for the report: a kernel not yet started (peer_entered < call + 1) is a
+    // scheduling stall, one that started but never published is a protocol one.
+    const ControlBlock* peer_ctrl = peer >= 0 && peer < kMaxRanks ? p.peers.ctrl[peer] : nullptr;
+    p.error->peer_entered =
+        peer_ctrl ? *reinterpret_cast<const volatile uint64_t*>(&peer_ctrl->calls_entered) : 0;
+    p.error->peer_completed =
+        peer_ctrl ? *reinterpret_cast<const volatile uint64_t*>(&peer_ctrl->call_index) : 0;
     __threadfence_system();  // the details are visible before the code that announces them
-    *reinterpret_cast<volatile int32_t*>(&p.error->code) = static_cast<int32_t>(arfTimeout);
+    *reinterpret_cast<volatile int32_t*>(&p.error->code) = code;
   }
+}
+
+__device__ __forceinline__ void record_timeout(const KernelParams& p, int peer, Phase phase,
+                                               uint32_t epoch) {
+  record_failure(p, static_cast<int32_t>(arfTimeout), peer, phase, epoch, 0);
+}
+
+// The per-call integrity check failed: `peer` published call `seen_call` where this rank is in
+// another call. Reported as arfInternal (a protocol slip is a bug in arfusion, never the caller's).
+__device__ __forceinline__ void record_integrity_failure(const KernelParams& p, int peer, Phase phase,
+                                                         uint32_t epoch, uint32_t seen_call) {
+  record_failure(p, static_cast<int32_t>(arfInternal), peer, phase, epoch, seen_call);
 }
 
 // True once any wait of this rank expired. Kernels then do nothing at all — in particular they stop
@@ -103,8 +131,8 @@ __device__ __forceinline__ bool spin_until(Ready ready, const KernelParams& p, i
 // ---- per-CTA peer barrier --------------------------------------------------------------------------
 
 // CTA b of every rank meets CTA b of every peer. Thread i < world signals peer i by writing `epoch`
-// into the peer's flags[b][my rank] and waits for flags[b][i] (written by peer i) to reach `epoch`.
-// Why this is safe:
+// (and its call index: flag_word) into the peer's flags[b][my rank] and waits for flags[b][i]
+// (written by peer i) to reach `epoch`. Why this is safe:
 //  - Same grid on every rank (the plan is rank-symmetric), so CTA b exists everywhere.
 //  - Epochs are per CTA and monotonic (ControlBlock::cta_epoch), so consecutive barriers — in one
 //    call or across calls with different grids — never alias: no ABA, no reset needed, and a peer
@@ -112,16 +140,28 @@ __device__ __forceinline__ bool spin_until(Ready ready, const KernelParams& p, i
 //  - __syncthreads() before the release makes the whole CTA's prior writes (e.g. copy-in) part of
 //    what the release publishes; the acquire plus the closing barrier make them visible to every
 //    thread of the waiting CTA.
-// Returns false on all threads if any wait expired.
+//  - verify_calls: the flag the wait ended on must hold this call's index (barrier_call_consistent).
+// Returns false on all threads if any wait expired or the integrity check failed.
 template <int kWorld>
-__device__ __forceinline__ bool peer_barrier(const KernelParams& p, uint32_t epoch, Phase phase) {
+__device__ __forceinline__ bool peer_barrier(const KernelParams& p, uint32_t epoch, Phase phase,
+                                             uint32_t call) {
   __syncthreads();
   bool ok = true;
   const int peer = static_cast<int>(threadIdx.x);
   if (peer < kWorld && peer != p.rank) {
-    st_release_sys(p.peers.flags[peer] + flag_index(blockIdx.x, p.rank), epoch);
-    const uint32_t* mine = p.peers.flags[p.rank] + flag_index(blockIdx.x, peer);
-    ok = spin_until([&] { return epoch_reached(ld_acquire_sys(mine), epoch); }, p, peer, phase, epoch);
+    st_release_sys(p.peers.flags[peer] + flag_index(blockIdx.x, p.rank), flag_word(epoch, call));
+    const uint64_t* mine = p.peers.flags[p.rank] + flag_index(blockIdx.x, peer);
+    uint64_t seen = 0;
+    ok = spin_until(
+        [&] {
+          seen = ld_acquire_sys(mine);
+          return epoch_reached(flag_epoch(seen), epoch);
+        },
+        p, peer, phase, epoch);
+    if (ok && p.verify_calls && !barrier_call_consistent(seen, epoch, call)) {
+      record_integrity_failure(p, peer, phase, epoch, flag_call(seen));
+      ok = false;
+    }
   }
   return __syncthreads_and(ok) != 0;
 }
@@ -136,6 +176,21 @@ __device__ __forceinline__ uint32_t load_cta_epoch(const KernelParams& p) {
 }
 __device__ __forceinline__ void store_cta_epoch(const KernelParams& p, uint32_t epoch) {
   if (threadIdx.x == 0) p.ctrl->cta_epoch[blockIdx.x] = epoch;
+}
+
+// ---- call index ------------------------------------------------------------------------------------
+
+// Every collective kernel reads its call index at entry (all threads get it) and its CTA 0 notes
+// that the call started (calls_entered, read by peers' timeout reports). call_exit advances the
+// index once every CTA is done, so a CTA that starts late still reads the kernel's own index.
+__device__ __forceinline__ uint64_t call_entry(const KernelParams& p) {
+  __shared__ uint64_t call;
+  if (threadIdx.x == 0) {
+    call = p.ctrl->call_index;
+    if (blockIdx.x == 0) *reinterpret_cast<volatile uint64_t*>(&p.ctrl->calls_entered) = call + 1;
+  }
+  __syncthreads();
+  return call;
 }
 
 // ---- Lamport buffers ---------------------------------------------------------------------------------
@@ -159,20 +214,104 @@ __device__ __forceinline__ LamportState load_lamport_state(const KernelParams& p
   return s;
 }
 
-// Called by every CTA after its last access to the Lamport state of this call. The last CTA to
-// arrive records how much of the buffer this call used and rotates to the next buffer; the next
-// kernel sees the update through stream order (a PDL launch must not start before this — see
-// docs/protocol.md).
-__device__ __forceinline__ void lamport_arrive(const KernelParams& p, const LamportState& s) {
+// Called by every CTA of a collective kernel after its last access to the call's protocol state.
+// The last CTA to arrive advances call_index and, for a Lamport call (lamport != nullptr), records
+// how much of the buffer this call used and rotates to the next buffer. The next kernel sees the
+// update through stream order (a PDL launch waits for our completion first: pdl.cuh). A kernel
+// whose wait gave up does not call this: the communicator has failed and its index stays put.
+__device__ __forceinline__ void call_exit(const KernelParams& p, const LamportState* lamport) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    if (atomicAdd(&p.ctrl->lamport_arrivals, 1u) == gridDim.x - 1) {
-      p.ctrl->lamport_arrivals = 0;
-      p.ctrl->lamport_clear_elems[s.buffer] = static_cast<uint64_t>(p.num_elems);
-      p.ctrl->lamport_buffer = lamport_next_buffer(s.buffer);
-      p.ctrl->lamport_calls += 1;
+    if (atomicAdd(&p.ctrl->exit_arrivals, 1u) == gridDim.x - 1) {
+      p.ctrl->exit_arrivals = 0;
+      if (lamport != nullptr) {
+        p.ctrl->lamport_clear_elems[lamport->buffer] = static_cast<uint64_t>(p.num_elems);
+        p.ctrl->lamport_buffer = lamport_next_buffer(lamport->buffer);
+        p.ctrl->lamport_calls += 1;
+      }
+      p.ctrl->call_index += 1;
     }
   }
+}
+
+// ---- per-call integrity of Lamport calls (verify_calls) -------------------------------------------
+
+// Before pushing: thread 0 writes this CTA's call index into the slot header of every peer, then a
+// system fence and the barrier order it before every thread's pushes, so a reader that observes
+// any of this CTA's data and then fences sees this header (or a later one).
+template <int kWorld>
+__device__ __forceinline__ void lamport_publish_header(const KernelParams& p, uint32_t buffer,
+                                                       uint32_t call) {
+  if (!p.verify_calls) return;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int peer = 0; peer < kWorld; ++peer) {
+      if (peer == p.rank) continue;
+      *reinterpret_cast<volatile uint32_t*>(
+          p.peers.verify[peer] + lamport_header_index(buffer, blockIdx.x, p.rank)) = call;
+    }
+    __threadfence_system();
+  }
+  __syncthreads();
+}
+
+// After the CTA consumed every row of this call: the header of each source must be this call's.
+// Returns false (and records arfInternal) when a peer's data came from another call.
+template <int kWorld>
+__device__ __forceinline__ bool lamport_check_headers(const KernelParams& p, uint32_t buffer,
+                                                      uint32_t call) {
+  if (!p.verify_calls) return true;
+  __syncthreads();
+  bool ok = true;
+  const int src = static_cast<int>(threadIdx.x);
+  if (src < kWorld && src != p.rank) {
+    __threadfence_system();  // pairs with the writer's: our data loads happened before this
+    const uint32_t seen = *reinterpret_cast<const volatile uint32_t*>(
+        p.peers.verify[p.rank] + lamport_header_index(buffer, blockIdx.x, src));
+    if (seen != call) {
+      record_integrity_failure(p, src, Phase::kLamportPoll, buffer, seen);
+      ok = false;
+    }
+  }
+  return __syncthreads_and(ok) != 0;
+}
+
+// ---- shared-device gate ---------------------------------------------------------------------------
+
+// Ranks that share a GPU meet here, in a one-CTA kernel launched just before each collective
+// kernel, so that no collective CTA starts spinning while a device mate's earlier kernels on its
+// stream (the caller's GEMMs, input writers) have not all finished: a spinning CTA holds its SM,
+// and a mate's kernel whose CTAs need a whole SM could then never be scheduled, so the mate's
+// collective would never start (a deadlock until the bounded wait expires). Here only one small
+// CTA per rank waits, and every rank's collective launches only after every mate has arrived,
+// i.e. after every mate's earlier work is done. Thread i < world signals mate i and waits for it,
+// as the peer barrier does, on the gate row of the flag words with this rank's gate epoch.
+__device__ __forceinline__ bool shared_device_gate(const KernelParams& p) {
+  __shared__ uint32_t epoch;
+  if (threadIdx.x == 0) epoch = p.ctrl->gate_epoch + 1;
+  __syncthreads();
+  const uint32_t call = static_cast<uint32_t>(current_call(p));
+  bool ok = true;
+  const int mate = static_cast<int>(threadIdx.x);
+  if (mate < kMaxRanks && ((p.device_mates >> mate) & 1u) != 0) {
+    st_release_sys(p.peers.flags[mate] + flag_index(kGateRow, p.rank), flag_word(epoch, call));
+    const uint64_t* mine = p.peers.flags[p.rank] + flag_index(kGateRow, mate);
+    uint64_t seen = 0;
+    ok = spin_until(
+        [&] {
+          seen = ld_acquire_sys(mine);
+          return epoch_reached(flag_epoch(seen), epoch);
+        },
+        p, mate, Phase::kSharedDeviceGate, epoch);
+    // A mate passes a gate only with every rank: it is at most one gate ahead, in the next call.
+    if (ok && p.verify_calls && !barrier_call_consistent(seen, epoch, call)) {
+      record_integrity_failure(p, mate, Phase::kSharedDeviceGate, epoch, flag_call(seen));
+      ok = false;
+    }
+  }
+  ok = __syncthreads_and(ok) != 0;
+  if (threadIdx.x == 0 && ok) p.ctrl->gate_epoch = epoch;
+  return ok;
 }
 
 }  // namespace arf::protocol

@@ -30,8 +30,33 @@ ARF_HD constexpr bool epoch_reached(uint32_t seen, uint32_t want) {
   return static_cast<int32_t>(seen - want) >= 0;
 }
 
-// Incoming flag word of CTA `cta` written by `src_rank`.
+// Incoming flag word of CTA `cta` (kGateRow: the shared-device gate) written by `src_rank`.
 ARF_HD constexpr int flag_index(int cta, int src_rank) { return cta * kMaxRanks + src_rank; }
+
+// A flag word holds the barrier (or gate) epoch in its low half and the writer's call index (low
+// 32 bits) in its high half, stored and loaded as one 64-bit access so the pair is consistent.
+ARF_HD constexpr uint64_t flag_word(uint32_t epoch, uint32_t call) {
+  return static_cast<uint64_t>(call) << 32 | epoch;
+}
+ARF_HD constexpr uint32_t flag_epoch(uint64_t word) { return static_cast<uint32_t>(word); }
+ARF_HD constexpr uint32_t flag_call(uint64_t word) { return static_cast<uint32_t>(word >> 32); }
+
+// The per-call integrity rule of a barrier: when my wait for `want` ends, the peer's flag holds
+// `want` written in my call, or `want + 1` written by the peer's next barrier, which is either
+// later in my call or the first barrier of the next call (a peer can be at most one barrier
+// ahead: passing a barrier needs my flag). Anything else means the ranks paired CTAs of
+// different calls.
+ARF_HD constexpr bool barrier_call_consistent(uint64_t seen, uint32_t want, uint32_t my_call) {
+  const uint32_t e = flag_epoch(seen), c = flag_call(seen);
+  if (e == want) return c == my_call;
+  return e == want + 1 && (c == my_call || c == my_call + 1);
+}
+
+// The Lamport slot header of (buffer, CTA, source rank) in the verify region: the source's call
+// index, written before its data, so a reader that saw the data sees this call's header or later.
+ARF_HD constexpr int64_t lamport_header_index(uint32_t buffer, int cta, int src_rank) {
+  return (static_cast<int64_t>(buffer) * kMaxCtas + cta) * kMaxRanks + src_rank;
+}
 
 // Two-shot: a row of row_vecs 16-byte vectors is split into `world` contiguous parts; part p
 // (owned and reduced by rank p) is vectors [p * part, min((p + 1) * part, row_vecs)).

@@ -128,7 +128,8 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
 
-// residual_out = round(ar + residual_in); norm_out = round(residual_out * rsqrt(mean_sq + eps) * g).
+// residual_out = round(ar + residual_in) (= ar without residual_in); norm_out =
+// round(residual_out * rsqrt(mean_sq + eps) * g), or with norm_rounding round(round(y * s) * g).
 // prefetch() runs before the all-reduced value is waited for, so the memory latency of residual_in
 // and gamma overlaps the reduction instead of following it. residual_in goes into registers.
 // With kHoldGamma (kernels that never wait for peers: world 1 and the second kernel of a split
@@ -153,7 +154,8 @@ struct ResidualRmsNormEpilogue : NoScalePadding {
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       if (!s.owns(k)) continue;
-      pre.residual[k] = ld_v4(elem_ptr(p.residual_in, s.elem(k)));
+      // No residual (the first layer): residual_out is the all-reduce itself (normalize()).
+      if (p.residual_in != nullptr) pre.residual[k] = ld_v4(elem_ptr(p.residual_in, s.elem(k)));
       const int64_t g = static_cast<int64_t>(s.vec(k)) * kElemsPerVec;
       if (hold_gamma) {
         if constexpr (kGammaInRegisters) pre.gamma[k] = ld_v4(elem_ptr(p.gamma, g));
@@ -173,15 +175,20 @@ struct ResidualRmsNormEpilogue : NoScalePadding {
                                    const Prefetch& pre, uint4 (&normed)[kVecs]) {
     uint4 res[kVecs];
     float sum_sq = 0.0f;
+    const bool has_residual = p.residual_in != nullptr;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       if (!s.owns(k)) continue;
-      float a[8], r[8];
-      unpack<T>(ar[k], a);
-      unpack<T>(pre.residual[k], r);
+      if (has_residual) {
+        float a[8], r[8];
+        unpack<T>(ar[k], a);
+        unpack<T>(pre.residual[k], r);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) a[i] = __fadd_rn(a[i], r[i]);
-      res[k] = pack<T>(a);
+        for (int i = 0; i < 8; ++i) a[i] = __fadd_rn(a[i], r[i]);
+        res[k] = pack<T>(a);
+      } else {
+        res[k] = ar[k];  // bitwise the all-reduce: no add, so no NaN payload or -0.0 rewriting
+      }
       st_v4(elem_ptr(p.residual_out, s.elem(k)), res[k]);
       float y[8];
       unpack<T>(res[k], y);
@@ -220,8 +227,16 @@ struct ResidualRmsNormEpilogue : NoScalePadding {
       }
       float y[8];
       unpack<T>(res[k], y);
+      if (p.norm_rounding != 0) {
+        // arfNormRoundBeforeWeight: the activation-dtype intermediate of vLLM's/SGLang's kernels.
 #pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], scale), g[i]);
+        for (int i = 0; i < 8; ++i) {
+          y[i] = __fmul_rn(DTypeOps<T>::to_float(DTypeOps<T>::from_float(__fmul_rn(y[i], scale))), g[i]);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], scale), g[i]);
+      }
       normed[k] = pack<T>(y);
     }
   }

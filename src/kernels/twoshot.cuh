@@ -64,21 +64,25 @@ template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) twoshot_kernel(const KernelParams p) {
   pdl_wait();
   if (protocol::aborted(p)) return;
+  const uint32_t call = static_cast<uint32_t>(protocol::call_entry(p));
   const uint32_t epoch = protocol::load_cta_epoch(p);
   debug::stall(p, debug::StallPoint::kBeforePublish, epoch);
   twoshot_scatter_rows<T, kWorld, Epilogue::kVecs>(p);
-  if (protocol::peer_barrier<kWorld>(p, epoch + 1, Phase::kTwoshotScatterBarrier)) {
+  bool ok = false;
+  if (protocol::peer_barrier<kWorld>(p, epoch + 1, Phase::kTwoshotScatterBarrier, call)) {
     debug::stall(p, debug::StallPoint::kBeforeRead, epoch);
     twoshot_reduce_rows<T, kWorld>(p);
     debug::stall(p, debug::StallPoint::kBeforeCloseBarrier, epoch);
-    if (protocol::peer_barrier<kWorld>(p, epoch + 2, Phase::kTwoshotGatherBarrier)) {
+    if (protocol::peer_barrier<kWorld>(p, epoch + 2, Phase::kTwoshotGatherBarrier, call)) {
       debug::stall(p, debug::StallPoint::kBeforeFinalRead, epoch);
       for_each_owned_row<Epilogue>(p, [&](const RowSlice& rs, int k) {
         return protocol::ld_volatile_v4(elem_ptr(p.peers.gather[p.rank], rs.elem(k)));
       });
+      ok = true;
     }
   }
   protocol::store_cta_epoch(p, epoch + 2);
+  if (ok) protocol::call_exit(p, nullptr);
   pdl_launch_dependents();
 }
 

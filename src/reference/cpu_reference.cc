@@ -63,8 +63,25 @@ float gamma_at(const FusedInputs& in, int64_t col) {
 }
 
 // One row's residual_out is already rounded; the norm reads it back as float, as the kernel does.
+// norm_rounding 1: the intermediate t = y * s rounded to the dtype, both the nearest value and
+// the neighbour on the other side of the exact t (see FusedOutputs::norm_alt).
+struct Intermediate {
+  double nearest;
+  double other;
+};
+Intermediate round_intermediate(double t, DType dtype) {
+  const uint16_t near_bits = from_float(double_to_float_round_odd(t), dtype);
+  const double nearest = to_float(near_bits, dtype);
+  if (nearest == t || std::isnan(t) || std::isinf(nearest)) return {nearest, nearest};
+  // The dtype neighbour across t: one step of the bit pattern away from zero or towards it.
+  const bool away = std::fabs(nearest) < std::fabs(t);
+  uint16_t other_bits = static_cast<uint16_t>(away ? near_bits + 1 : near_bits - 1);
+  if ((near_bits & 0x7FFFu) == 0) other_bits = static_cast<uint16_t>((t < 0 ? 0x8000u : 0u) | 1u);
+  return {nearest, static_cast<double>(to_float(other_bits, dtype))};
+}
+
 void reference_norm_row(const FusedInputs& in, const uint16_t* residual_row, uint16_t* norm_row,
-                        double* exact_row) {
+                        double* exact_row, double* alt_row) {
   double sum_sq = 0.0;
   for (int64_t c = 0; c < in.hidden; ++c) {
     const double x = to_float(residual_row[c], in.dtype);
@@ -74,7 +91,15 @@ void reference_norm_row(const FusedInputs& in, const uint16_t* residual_row, uin
   const double inv_rms = 1.0 / std::sqrt(mean_sq + static_cast<double>(in.eps));
   for (int64_t c = 0; c < in.hidden; ++c) {
     const double g = static_cast<double>(gamma_at(in, c)) + static_cast<double>(in.gamma_offset);
-    const double exact = static_cast<double>(to_float(residual_row[c], in.dtype)) * inv_rms * g;
+    const double y = static_cast<double>(to_float(residual_row[c], in.dtype));
+    double exact = y * inv_rms * g;
+    if (in.norm_rounding != 0) {
+      const Intermediate t = round_intermediate(y * inv_rms, in.dtype);
+      exact = t.nearest * g;
+      if (alt_row != nullptr) alt_row[c] = t.other * g;
+    } else if (alt_row != nullptr) {
+      alt_row[c] = exact;
+    }
     exact_row[c] = exact;
     norm_row[c] = from_float(double_to_float_round_odd(exact), in.dtype);
   }
@@ -173,10 +198,14 @@ FusedOutputs reference_fused(const FusedInputs& in) {
     }
     out.allreduce[i] = canonicalize_negative_zero(from_float(sum, in.dtype));
   }
-  if (in.residual_in == nullptr) return out;
+  if (in.residual_in == nullptr && in.gamma == nullptr) return out;  // pattern allreduce
 
   out.residual_out.resize(count);
   for (int64_t i = 0; i < count; ++i) {
+    if (in.residual_in == nullptr) {  // no residual (the first layer): residual_out = the sum
+      out.residual_out[i] = out.allreduce[i];
+      continue;
+    }
     const float sum = to_float(out.allreduce[i], in.dtype) + to_float(in.residual_in[i], in.dtype);
     out.residual_out[i] = from_float(sum, in.dtype);
   }
@@ -184,9 +213,11 @@ FusedOutputs reference_fused(const FusedInputs& in) {
 
   out.norm_out.resize(count);
   out.norm_exact.resize(count);
+  if (in.norm_rounding != 0) out.norm_alt.resize(count);
   for (int64_t row = 0; row < in.num_tokens; ++row) {
     const int64_t base = row * in.hidden;
-    reference_norm_row(in, &out.residual_out[base], &out.norm_out[base], &out.norm_exact[base]);
+    reference_norm_row(in, &out.residual_out[base], &out.norm_out[base], &out.norm_exact[base],
+                       out.norm_alt.empty() ? nullptr : &out.norm_alt[base]);
   }
   return out;
 }
@@ -222,13 +253,16 @@ bool nccl_sum_within_tolerance(const FusedInputs& in, int64_t i, uint16_t got_bi
   return std::fabs(got - exact) <= bound;
 }
 
-std::vector<double> norm_exact_of(const FusedInputs& in, const uint16_t* residual_out) {
+std::vector<double> norm_exact_of(const FusedInputs& in, const uint16_t* residual_out,
+                                  std::vector<double>* alt) {
   const int64_t count = in.num_tokens * in.hidden;
   std::vector<double> exact(static_cast<size_t>(count));
+  if (alt != nullptr) alt->assign(static_cast<size_t>(count), 0.0);
   std::vector<uint16_t> rounded(static_cast<size_t>(in.hidden));
   for (int64_t row = 0; row < in.num_tokens; ++row) {
     const int64_t base = row * in.hidden;
-    reference_norm_row(in, residual_out + base, rounded.data(), exact.data() + base);
+    reference_norm_row(in, residual_out + base, rounded.data(), exact.data() + base,
+                       alt != nullptr ? alt->data() + base : nullptr);
   }
   return exact;
 }
@@ -266,12 +300,14 @@ std::string first_bitwise_mismatch(const uint16_t* got, const uint16_t* want, in
 }
 
 std::string first_norm_mismatch(const uint16_t* got, const std::vector<double>& exact,
-                                int64_t row_elems, DType dtype) {
+                                int64_t row_elems, DType dtype, const std::vector<double>* alt) {
   const int64_t count = static_cast<int64_t>(exact.size());
+  const bool has_alt = alt != nullptr && alt->size() == exact.size();
   int64_t first = -1;
   int64_t mismatches = 0;
   for (int64_t i = 0; i < count; ++i) {
-    if (!norm_within_tolerance(got[i], exact[i], dtype)) {
+    if (!norm_within_tolerance(got[i], exact[i], dtype) &&
+        !(has_alt && norm_within_tolerance(got[i], (*alt)[i], dtype))) {
       if (first < 0) first = i;
       ++mismatches;
     }

@@ -27,11 +27,14 @@ struct FusedInputs {
   int64_t num_tokens = 0;
   int64_t hidden = 0;
   std::vector<const uint16_t*> rank_inputs;  // world pointers, each [num_tokens * hidden]
-  const uint16_t* residual_in = nullptr;     // [num_tokens * hidden] (residual_rmsnorm only)
+  // [num_tokens * hidden]; null with gamma set: no residual (residual_out = the all-reduce);
+  // both null: pattern allreduce.
+  const uint16_t* residual_in = nullptr;
   const void* gamma = nullptr;               // [hidden] of gamma_dtype (residual_rmsnorm only)
   DType gamma_dtype = DType::kBf16;
   float gamma_offset = 0.0f;
   float eps = 1e-6f;
+  int norm_rounding = 0;  // arfNormRounding_t: 1 rounds y * rsqrt(...) to the dtype before gamma
 };
 
 struct FusedOutputs {
@@ -39,6 +42,10 @@ struct FusedOutputs {
   std::vector<uint16_t> residual_out;  // exact contract
   std::vector<uint16_t> norm_out;      // round(double norm) — the best the dtype can hold
   std::vector<double> norm_exact;      // unrounded double norm, for tolerance checks
+  // norm_rounding 1 only: the same with the intermediate round(y * s) taken on the other side of
+  // the exact y * s (the kernel's fp32 rsqrt may round the intermediate either way near a tie).
+  // A norm within tolerance of either value passes (first_norm_mismatch).
+  std::vector<double> norm_alt;
 };
 
 // Computes all outputs of residual_rmsnorm (allreduce always; residual/norm when residual_in set).
@@ -59,14 +66,16 @@ bool nccl_sum_within_tolerance(const FusedInputs& in, int64_t i, uint16_t got);
 // The epilogue of the unfused contract applied to residual_out rows someone else summed: the exact
 // (double) norm of each element of `residual_out` ([num_tokens * hidden], in.gamma / eps / offset
 // as for reference_fused). norm_within_tolerance against it checks our epilogue kernel alone.
-std::vector<double> norm_exact_of(const FusedInputs& in, const uint16_t* residual_out);
+std::vector<double> norm_exact_of(const FusedInputs& in, const uint16_t* residual_out,
+                                  std::vector<double>* alt = nullptr);
 
 // First mismatch report ("" when all equal): bitwise comparison of two arrays.
 std::string first_bitwise_mismatch(const uint16_t* got, const uint16_t* want, int64_t count,
                                    int64_t row_elems, const char* what);
 // First norm element out of tolerance ("" when all pass).
 std::string first_norm_mismatch(const uint16_t* got, const std::vector<double>& exact,
-                                int64_t row_elems, DType dtype);
+                                int64_t row_elems, DType dtype,
+                                const std::vector<double>* alt = nullptr);
 
 // Deterministic, distinct random data: values drawn from `seed` (mix rank and call index into it),
 // roughly N(0, scale), never all zero; about 1/64 of elements are +-0.0 or negative subnormals to

@@ -51,8 +51,14 @@ class Group {
   // rank before kernel i+1 of any rank (local.h explains the deadlock). Ranks in different
   // processes never share queues (contexts time-slice), so ipc never orders.
   virtual bool shares_device(int rank) const = 0;
+  // Bit r set: rank r shares `rank`'s GPU *and* its hardware queues (so 0 for ipc). These are the
+  // ranks the shared-device gate (protocol.cuh) waits for.
+  virtual uint32_t device_mates_mask(int rank) const = 0;
   virtual Status wait_enqueue_turn(int rank, uint64_t call, double timeout_seconds) const = 0;
   virtual void mark_enqueued(int rank, uint64_t calls) = 0;
+  // This rank's communicator failed (`why`): device mates waiting for its enqueues stop waiting
+  // and fail with `why` instead of waiting out the bound. Thread-safe, never blocks.
+  virtual void mark_failed(int rank, const Status& why) = 0;
 
   // Every rank's call i must have the same signature (call_signature.h): InvalidArgument naming
   // both ranks when the later rank records a different one (local: a shared log; ipc: shared

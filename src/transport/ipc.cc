@@ -139,8 +139,10 @@ class IpcGroup final : public Group {
   std::string peer_path_failure() const override { return peer_path_failure_; }
 
   bool shares_device(int) const override { return false; }
+  uint32_t device_mates_mask(int) const override { return 0; }
   Status wait_enqueue_turn(int, uint64_t, double) const override { return Status::ok(); }
   void mark_enqueued(int, uint64_t) override {}
+  void mark_failed(int, const Status&) override {}
   // Across processes through shared rings (shared_call_log.h): a mismatch is refused before the
   // later rank launches, as in one process.
   Status record_call(int, uint64_t call_index, const local::CallSignature& signature) override {

@@ -229,10 +229,13 @@ LocalGroup::LocalGroup(std::vector<RankInfo> infos)
       live_ranks_(static_cast<int>(infos_.size())),
       device_mates_(infos_.size()),
       enqueued_(new std::atomic<uint64_t>[infos_.size()]),
+      failed_(new std::atomic<bool>[infos_.size()]),
+      failure_(infos_.size()),
       exchange_arrived_(infos_.size(), false),
       exchange_pending_(infos_.size()) {
   for (size_t r = 0; r < infos_.size(); ++r) {
     enqueued_[r].store(0);
+    failed_[r].store(false);
     for (size_t m = 0; m < infos_.size(); ++m) {
       if (m != r && infos_[m].device == infos_[r].device) device_mates_[r].push_back(static_cast<int>(m));
     }
@@ -244,13 +247,22 @@ Status LocalGroup::wait_enqueue_turn(int rank, uint64_t call, double timeout_sec
   for (int mate : device_mates_[rank]) {
     // Acquire: pairs with mark_enqueued's release, so the mate's launch is in the queues first.
     while (enqueued_[mate].load(std::memory_order_acquire) < call) {
+      if (failed_[mate].load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> lock(failure_mu_);
+        return Status(arfCommFailed, "rank " + std::to_string(rank) + ": peer " +
+                                         std::to_string(mate) + " (same device " +
+                                         std::to_string(infos_[rank].device) +
+                                         ") failed before enqueuing kernel " +
+                                         std::to_string(call - 1) + ": " + failure_[mate]);
+      }
       if (Clock::now() > deadline) {
         return Status(arfTimeout,
                       "timeout: rank " + std::to_string(rank) + " waited " + seconds(timeout_seconds) +
                           " s for peer " + std::to_string(mate) + " (same device " +
                           std::to_string(infos_[rank].device) + ") in phase host_enqueue: it has not "
-                          "enqueued call " + std::to_string(call - 1) +
-                          "; every rank must issue the same calls");
+                          "enqueued kernel " + std::to_string(call - 1) +
+                          "; every rank must issue the same calls, each virtual rank from its own "
+                          "host thread");
       }
       std::this_thread::yield();
     }
@@ -260,6 +272,15 @@ Status LocalGroup::wait_enqueue_turn(int rank, uint64_t call, double timeout_sec
 
 void LocalGroup::mark_enqueued(int rank, uint64_t calls) {
   enqueued_[rank].store(calls, std::memory_order_release);
+}
+
+void LocalGroup::mark_failed(int rank, const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    if (failed_[rank].load()) return;  // the first reason stays
+    failure_[rank] = why.message();
+  }
+  failed_[rank].store(true, std::memory_order_release);
 }
 
 Result<std::vector<std::string>> LocalGroup::exchange(int rank, const std::string& mine,

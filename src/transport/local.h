@@ -40,19 +40,30 @@ class LocalGroup final : public Group {
   Status leave(int rank) override;
 
   // Enqueue order of ranks that share a device (virtual ranks). A stream is bound to one of a
-  // few hardware queues, so two ranks' streams can share a FIFO; if rank A's call k+1 enters it
-  // before rank B's call k, A's k+1 waits (stream order) for A's k, which spins until B's k runs,
-  // which sits behind A's k+1: a deadlock broken only by the timeout (reproduced on H200 with 8
-  // virtual ranks issuing back-to-back calls). So before enqueuing its kernel `call` (0-based,
-  // counted per kernel: an unfused call has two), a rank waits until every other rank on its device
-  // has enqueued kernels 0..call-1. Ranks alone on
-  // their device never wait. Bounded by timeout_seconds (Timeout naming the late rank). Calls
-  // captured into a graph are not counted: the caller must launch virtual ranks' graphs in the
-  // same discipline (every rank's launch i before any rank's launch i+1).
+  // few hardware queues, so two ranks' streams can share a FIFO, whose head blocks everything
+  // behind it while it waits for an earlier kernel of its own stream. If anything of rank A that
+  // is stream-ordered behind A's spinning kernel k — A's kernel k+1, or any kernel the caller
+  // enqueues after A's call k — enters a shared FIFO before B's kernel k, it blocks the FIFO
+  // while A's k spins until B's k runs, which sits behind it: a deadlock broken only by the
+  // timeout (reproduced on H200 with 8 virtual ranks issuing back-to-back calls). So (a) before
+  // enqueuing its kernel `call` (0-based, counted per kernel: gate, collective, epilogue), a rank
+  // waits until every other rank on its device has enqueued kernels 0..call-1, and (b) a call
+  // returns only once every device mate has enqueued all of the call's kernels
+  // (Communicator::launch_checked): the FIFO order is then the same for every rank. Ranks alone
+  // on their device never wait. Bounded by timeout_seconds (Timeout naming the late rank); a mate
+  // that failed (mark_failed) ends the wait at once with its reason. Each virtual rank must
+  // therefore be driven from its own host thread. Calls captured into a graph are not counted:
+  // the caller must launch virtual ranks' graphs in the same discipline.
   bool shares_device(int rank) const override { return !device_mates_[rank].empty(); }
+  uint32_t device_mates_mask(int rank) const override {
+    uint32_t mask = 0;
+    for (int mate : device_mates_[rank]) mask |= 1u << mate;
+    return mask;
+  }
   Status wait_enqueue_turn(int rank, uint64_t call, double timeout_seconds) const override;
   // Records that `rank` has enqueued `calls` kernels. Thread-safe, never blocks.
   void mark_enqueued(int rank, uint64_t calls) override;
+  void mark_failed(int rank, const Status& why) override;
 
   // Every rank's call i must have the same signature (call_signature.h): InvalidArgument naming
   // both ranks when not. Thread-safe; calls with no tokens are not recorded (they are no-ops).
@@ -70,7 +81,10 @@ class LocalGroup final : public Group {
   int live_ranks_ = 0;
   std::vector<std::vector<int>> device_mates_;        // per rank: the other ranks on its device
   CallSignatureLog calls_;
-  std::unique_ptr<std::atomic<uint64_t>[]> enqueued_;  // per rank: calls enqueued so far
+  std::unique_ptr<std::atomic<uint64_t>[]> enqueued_;  // per rank: kernels enqueued so far
+  std::unique_ptr<std::atomic<bool>[]> failed_;        // per rank: its communicator failed
+  mutable std::mutex failure_mu_;
+  std::vector<std::string> failure_;                    // per rank: why (failure_mu_)
   // exchange: one round at a time; a round completes when every rank arrived.
   std::condition_variable exchange_cv_;
   std::vector<bool> exchange_arrived_;

@@ -63,7 +63,8 @@ Result<WorkspaceLayout> workspace_layout(int world, DType dtype, int64_t max_tok
   ok = ok && checked_mul(l.scatter_slot_elems, world, &scatter_elems);
   int64_t cursor = 0;
   ok = ok && append_region(1, sizeof(ControlBlock), &cursor, &l.ctrl_offset) &&
-       append_region(int64_t{kMaxCtas} * kMaxRanks, sizeof(uint32_t), &cursor, &l.flags_offset) &&
+       append_region(int64_t{kFlagRows} * kMaxRanks, sizeof(uint64_t), &cursor, &l.flags_offset) &&
+       append_region(kVerifyWords, sizeof(uint32_t), &cursor, &l.verify_offset) &&
        append_region(lamport_elems, elem, &cursor, &l.lamport_offset) &&
        append_region(l.capacity_elems, elem, &cursor, &l.pull_offset) &&
        append_region(scatter_elems, elem, &cursor, &l.scatter_offset) &&
@@ -86,8 +87,11 @@ char* at(void* base, int64_t offset) { return static_cast<char*>(base) + offset;
 ControlBlock* Workspace::ctrl() const {
   return reinterpret_cast<ControlBlock*>(at(base, layout.ctrl_offset));
 }
-uint32_t* Workspace::flags() const {
-  return reinterpret_cast<uint32_t*>(at(base, layout.flags_offset));
+uint64_t* Workspace::flags() const {
+  return reinterpret_cast<uint64_t*>(at(base, layout.flags_offset));
+}
+uint32_t* Workspace::verify() const {
+  return reinterpret_cast<uint32_t*>(at(base, layout.verify_offset));
 }
 void* Workspace::lamport() const { return at(base, layout.lamport_offset); }
 void* Workspace::pull() const { return at(base, layout.pull_offset); }

@@ -21,7 +21,8 @@ struct WorkspaceLayout {
   int64_t scatter_slot_elems = 0;  // max_tokens * ceil(max_hidden / 8 / world) * 8
   int64_t capacity_elems = 0;      // max_tokens * max_hidden: pull and gather regions
   int64_t ctrl_offset = 0;         // ControlBlock
-  int64_t flags_offset = 0;        // uint32 [kMaxCtas][kMaxRanks]
+  int64_t flags_offset = 0;        // uint64 [kFlagRows][kMaxRanks]: barrier and gate flag words
+  int64_t verify_offset = 0;       // uint32 [kVerifyWords]: Lamport slot headers (verify_calls)
   int64_t lamport_offset = 0;      // [kLamportBuffers][world][lamport_slot_elems]
   int64_t pull_offset = 0;         // [capacity_elems]
   int64_t scatter_offset = 0;      // [world][scatter_slot_elems]
@@ -67,7 +68,8 @@ struct Workspace {
   int error_fd = -1;       // kShareable: the memfd holding the ErrorRecord
 
   ControlBlock* ctrl() const;
-  uint32_t* flags() const;
+  uint64_t* flags() const;
+  uint32_t* verify() const;
   void* lamport() const;
   void* pull() const;
   void* scatter() const;

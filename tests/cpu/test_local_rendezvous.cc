@@ -127,7 +127,7 @@ TEST(EnqueueOrder, VirtualRanksWaitForDeviceMatesOnly) {
   EXPECT_TRUE(group.wait_enqueue_turn(0, 0, 0.05).is_ok());  // call 0 never waits
   const Status late = group.wait_enqueue_turn(0, 1, 0.05);   // rank 1 has not enqueued call 0
   EXPECT_EQ(late.code(), arfTimeout);
-  EXPECT_NE(late.message().find("for peer 1 (same device 0) in phase host_enqueue: it has not enqueued call 0"), std::string::npos)
+  EXPECT_NE(late.message().find("for peer 1 (same device 0) in phase host_enqueue: it has not enqueued kernel 0"), std::string::npos)
       << late.message();
   group.mark_enqueued(1, 1);
   EXPECT_TRUE(group.wait_enqueue_turn(0, 1, 0.05).is_ok());
@@ -136,6 +136,21 @@ TEST(EnqueueOrder, VirtualRanksWaitForDeviceMatesOnly) {
   auto waiter = std::async(std::launch::async, [&] { return group.wait_enqueue_turn(1, 3, 30.0); });
   group.mark_enqueued(0, 3);
   EXPECT_TRUE(waiter.get().is_ok());
+}
+
+TEST(EnqueueOrder, AFailedMateEndsTheWaitAtOnceWithItsReason) {
+  std::vector<RankInfo> infos(2, info());
+  LocalGroup group(infos);
+  auto waiter = std::async(std::launch::async, [&] { return group.wait_enqueue_turn(0, 5, 30.0); });
+  const auto start = std::chrono::steady_clock::now();
+  group.mark_failed(1, invalid_argument("call 4 differs from rank 0's"));
+  group.mark_failed(1, invalid_argument("a later reason"));  // the first one stays
+  const Status s = waiter.get();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  EXPECT_EQ(s.code(), arfCommFailed);
+  EXPECT_NE(s.message().find("peer 1 (same device 0) failed before enqueuing kernel 4: call 4 differs"),
+            std::string::npos)
+      << s.message();
 }
 
 TEST(UniqueId, DistinctAcrossCalls) {

@@ -285,17 +285,20 @@ TEST(WorkspaceLayout, SixtyFourBitSizesAndAlignedDisjointRegions) {
   EXPECT_EQ(l.lamport_slot_elems, int64_t{131072} * 16384);
   EXPECT_EQ(l.scatter_slot_elems, int64_t{131072} * 2048);
   EXPECT_GT(l.total_bytes, int64_t{1} << 32);
-  const int64_t offsets[] = {l.ctrl_offset,    l.flags_offset,   l.lamport_offset, l.pull_offset,
-                             l.scatter_offset, l.gather_offset,  l.scratch_offset};
+  const int64_t offsets[] = {l.ctrl_offset,    l.flags_offset,  l.verify_offset,
+                             l.lamport_offset, l.pull_offset,   l.scatter_offset,
+                             l.gather_offset,  l.scratch_offset};
   const int64_t sizes[] = {static_cast<int64_t>(sizeof(ControlBlock)),
-                           int64_t{kMaxCtas} * kMaxRanks * 4, l.lamport_elems() * 2,
-                           l.capacity_elems * 2, l.scatter_slot_elems * 8 * 2,
-                           l.capacity_elems * 2, l.capacity_elems * 2};
-  for (int i = 0; i < 7; ++i) {
+                           int64_t{kFlagRows} * kMaxRanks * 8, kVerifyWords * 4,
+                           l.lamport_elems() * 2, l.capacity_elems * 2,
+                           l.scatter_slot_elems * 8 * 2, l.capacity_elems * 2,
+                           l.capacity_elems * 2};
+  constexpr int kRegions = 8;
+  for (int i = 0; i < kRegions; ++i) {
     EXPECT_EQ(offsets[i] % kWorkspaceAlignBytes, 0) << i;
     if (i > 0) EXPECT_GE(offsets[i], offsets[i - 1] + sizes[i - 1]) << i;
   }
-  EXPECT_LE(offsets[6] + sizes[6], l.total_bytes);
+  EXPECT_LE(offsets[kRegions - 1] + sizes[kRegions - 1], l.total_bytes);
 
   Result<WorkspaceLayout> overflow =
       workspace_layout(8, DType::kBf16, int64_t{1} << 50, 16384, int64_t{1} << 50);

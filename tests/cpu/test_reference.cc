@@ -246,6 +246,70 @@ TEST_P(ReferenceNorm, HandComputedRow) {
   EXPECT_EQ(fp32_out.norm_out[1], from_float(0.5f + 0x1p-13f, dtype));
 }
 
+// No residual (residual_in NULL, the first layer): residual_out is the all-reduce, bitwise.
+TEST_P(ReferenceNorm, WithoutResidualTheResidualOutIsTheAllReduce) {
+  const DType dtype = GetParam();
+  HandRow h;
+  const auto in0 = encode(h.in0, dtype), in1 = encode(h.in1, dtype), gamma = encode(h.gamma, dtype);
+  FusedInputs in;
+  in.dtype = dtype;
+  in.num_tokens = 1;
+  in.hidden = 8;
+  in.rank_inputs = {in0.data(), in1.data()};
+  in.gamma = gamma.data();
+  in.gamma_dtype = dtype;
+  const FusedOutputs out = reference_fused(in);
+  ASSERT_EQ(out.residual_out.size(), 8u);
+  EXPECT_EQ(out.residual_out, out.allreduce);
+  ASSERT_EQ(out.norm_out.size(), 8u);
+  // mean square of [3,1,0,0,.5,1,0,1] = 12.25/8
+  const double inv_rms = 1.0 / std::sqrt(12.25 / 8 + static_cast<double>(1e-6f));
+  EXPECT_NEAR(out.norm_exact[0], 3 * inv_rms * 1.0, 1e-12);
+  EXPECT_TRUE(out.norm_alt.empty());  // round-once: no alternative
+}
+
+// arfNormRoundBeforeWeight: norm = round(round(y * s) * g). With y * s = 1 + 3/8 ulp... the
+// intermediate rounds before the weight; the alternative takes the other neighbour.
+TEST_P(ReferenceNorm, RoundBeforeWeightRoundsTheIntermediate) {
+  const DType dtype = GetParam();
+  const int mant = dtype == DType::kFp16 ? 10 : 7;
+  const double ulp = std::ldexp(1.0, -mant);
+  // One row of 8 equal values y: rms = |y|, so y * s = sign(y) * (1 - eps-term) ~ 1 - tiny. Use a
+  // large eps to move y * s to 1 - 0.4 ulp(below 1) so round(y * s) = 1 exactly.
+  const float y = 1.0f;
+  std::vector<float> row(8, y), g(8, 1.5f);
+  // s = 1/sqrt(1 + eps); choose eps with s = 1 - 0.2 ulp  =>  y*s rounds up to 1.
+  const double s_want = 1.0 - 0.2 * ulp / 2;  // ulp below 1 is half of ulp above
+  const float eps = static_cast<float>(1.0 / (s_want * s_want) - 1.0);
+  const auto in0 = encode(row, dtype), zero = encode(std::vector<float>(8, 0.0f), dtype);
+  const auto gamma = encode(g, dtype);
+  FusedInputs in;
+  in.dtype = dtype;
+  in.num_tokens = 1;
+  in.hidden = 8;
+  in.rank_inputs = {in0.data(), zero.data()};
+  in.residual_in = zero.data();
+  in.gamma = gamma.data();
+  in.gamma_dtype = dtype;
+  in.eps = eps;
+  const FusedOutputs once = reference_fused(in);
+  in.norm_rounding = 1;
+  const FusedOutputs before = reference_fused(in);
+  const double s = 1.0 / std::sqrt(1.0 + static_cast<double>(eps));
+  EXPECT_NEAR(once.norm_exact[0], 1.5 * s, 1e-12);
+  EXPECT_EQ(before.norm_exact[0], 1.5);               // round(y * s) = 1, then * 1.5
+  EXPECT_EQ(before.norm_out[0], from_float(1.5f, dtype));
+  ASSERT_EQ(before.norm_alt.size(), 8u);
+  EXPECT_EQ(before.norm_alt[0], 1.5 * (1.0 - ulp / 2));  // the neighbour below 1
+  // The mismatch check accepts either candidate and nothing farther.
+  const std::vector<uint16_t> near_other = {from_float(static_cast<float>(before.norm_alt[0]), dtype)};
+  const std::vector<double> exact1 = {before.norm_exact[0]}, alt1 = {before.norm_alt[0]};
+  EXPECT_FALSE(norm_within_tolerance(near_other[0], 1.5 + 4 * ulp, dtype));
+  EXPECT_EQ(first_norm_mismatch(near_other.data(), exact1, 1, dtype, &alt1), "");
+  const std::vector<uint16_t> far = {from_float(1.5f + 8 * static_cast<float>(ulp), dtype)};
+  EXPECT_NE(first_norm_mismatch(far.data(), exact1, 1, dtype, &alt1), "");
+}
+
 TEST_P(ReferenceNorm, ResidualOutAddsResidualToTheRoundedAllReduce) {
   // 1 + half an ulp ties back to 1 in the dtype, so ar = 1 and residual_out = round(1 + half an
   // ulp) = 1. Adding the residual to the unrounded fp32 sum instead would give round(1 + ulp) =

@@ -197,6 +197,8 @@ std::string CallSpec::label() const {
   if (gamma_plus_one) os << " gamma+1";
   if (alias != kNoAlias) os << " alias 0x" << std::hex << alias << std::dec;
   if (content != Content::kRandom) os << " content " << static_cast<int>(content);
+  if (no_residual) os << " no_residual";
+  if (norm_rounding != arfNormRoundOnce) os << " round_before_weight";
   return os.str();
 }
 
@@ -314,6 +316,7 @@ void* CallBuffers::allreduce_out() const {
   return (spec_.alias & kAllReduceInPlace) ? input_.get() : allreduce_out_.get();
 }
 void* CallBuffers::residual_out() const {
+  // Without a residual the in-place form writes the (unread) residual_in buffer.
   return (spec_.alias & kResidualInPlace) ? residual_in_.get() : residual_out_.get();
 }
 void* CallBuffers::norm_out() const {
@@ -354,8 +357,9 @@ arfFusedArgs_t CallBuffers::args() const {
     a.allreduce_out = allreduce_out();
     return a;
   }
-  a.residual_in = residual_in_.get();
+  a.residual_in = spec_.no_residual ? nullptr : residual_in_.get();
   a.residual_out = residual_out();
+  a.norm_rounding = spec_.norm_rounding;
   a.norm_out = norm_out();
   a.gamma = gamma_.get();
   a.gamma_dtype = spec_.gamma_fp32 ? arfFloat32 : dtype_;

@@ -135,6 +135,8 @@ struct CallSpec {
   unsigned alias = kNoAlias;
   bool flat = false;  // arfAllReduce of num_tokens * hidden elements (pattern allreduce)
   Content content = Content::kRandom;
+  bool no_residual = false;  // residual_in NULL (the first layer): residual_out = the all-reduce
+  arfNormRounding_t norm_rounding = arfNormRoundOnce;
 
   int64_t elems() const { return num_tokens * hidden; }
   bool has_norm() const { return !flat && pattern == arfPatternResidualRmsNorm; }

@@ -41,6 +41,7 @@ TEST_P(Timeout, MissingRankFailsItsPeersWithinTheBound) {
       later(world_size);
   std::vector<cudaError_t> synced(world_size);
   std::vector<std::string> message(world_size);
+  std::vector<uint64_t> first_lost(world_size, 0);
   HangGuard guard(60, "timeout test");
   // All allocations precede all launches (a cudaMalloc would wait for a spinning peer kernel).
   std::barrier ready(world_size - 1);
@@ -57,21 +58,26 @@ TEST_P(Timeout, MissingRankFailsItsPeersWithinTheBound) {
     async[r] = arfCommGetAsyncError(world->comm(r));
     message[r] = arfGetLastErrorString();
     async_again[r] = arfCommGetAsyncError(world->comm(r));
+    arfCommGetFirstLostCall(world->comm(r), &first_lost[r]);
     later[r] = buffers.launch(world->comm(r), world->stream(r));
     cuda_ok(cudaStreamSynchronize(world->stream(r)), "after the refused call");
   });
   for (int r = 0; r < world_size; ++r) {
     if (r == skipper) continue;
     SCOPED_TRACE("rank " + std::to_string(r));
-    // Ranks sharing a GPU enqueue each kernel in rank order (arfusion.h, virtual ranks), so a
-    // call of several kernels (unfused) may be stopped on the host before its second kernel by
-    // the bounded wait for the missing rank's first: launch then returns arfTimeout, and the
-    // report below names the peer and the phase (host_enqueue) all the same.
-    if (algorithm == arfAlgoUnfused && launched[r] == arfTimeout) {
+    // Ranks sharing a GPU keep their enqueues in step (arfusion.h, virtual ranks): a call returns
+    // only once every device mate has enqueued it, so here the call itself returns arfTimeout
+    // after the bound, naming the missing peer in phase host_enqueue (its kernels, enqueued
+    // before that wait, give up on the device as well). Ranks on their own GPUs return at once.
+    if (world->device(r) == world->device(skipper)) {
+      EXPECT_EQ(launched[r], arfTimeout) << message[r];
       EXPECT_NE(message[r].find("host_enqueue"), std::string::npos) << message[r];
     } else {
-      EXPECT_EQ(launched[r], arfSuccess);
+      EXPECT_EQ(launched[r], arfSuccess) << message[r];
     }
+    // run_and_check made calls 0 and 1 (the call, then its unfused rerun); the skipped call is
+    // index 2, and it and everything after it are lost.
+    EXPECT_EQ(first_lost[r], 2u) << message[r];
     // The kernel must exit cleanly (no trap): a trap would poison the context of every rank.
     EXPECT_EQ(synced[r], cudaSuccess) << cudaGetErrorString(synced[r]);
     EXPECT_GE(elapsed[r], 0.8 * kTimeoutSeconds) << "gave up before the bound";
