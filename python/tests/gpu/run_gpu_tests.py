@@ -26,6 +26,7 @@ def main():
     ap.add_argument("--scenarios", default="", help="comma-separated scenario names (all worlds)")
     ap.add_argument("--json", default=None, help="write every verdict here")
     ap.add_argument("--deadline", type=float, default=600.0, help="seconds per world size")
+    ap.add_argument("--no-forms", action="store_true", help="skip pass_forms.py (one process)")
     args = ap.parse_args()
 
     try:
@@ -58,6 +59,28 @@ def main():
         env["ARFUSION_LIBRARY"] = os.environ["ARFUSION_LIBRARY"]
     passed = failed = skipped = 0
     verdicts = []
+    if not args.no_forms and not args.scenarios:
+        # The compile pass on every source form, one process with a fake process group.
+        import subprocess
+        import tempfile
+
+        print("=== pass forms (one process) ===", flush=True)
+        out = tempfile.mktemp(suffix=".json")
+        proc = subprocess.run([sys.executable, os.path.join(HERE, "pass_forms.py"), "--json", out],
+                              timeout=args.deadline)
+        try:
+            with open(out) as f:
+                forms = json.load(f)
+        except (OSError, ValueError):
+            forms = []
+        for r in forms:
+            passed += r["ok"]
+            failed += not r["ok"]
+            verdicts.append({"world": 1, "name": "pass forms: " + r["name"],
+                             "verdict": "PASS" if r["ok"] else "FAIL", "details": [r["detail"]]})
+        if proc.returncode not in (0, 1) or not forms:
+            failed += 1
+            print(f"FAIL  pass_forms.py exited {proc.returncode} with {len(forms)} results", flush=True)
     for world in [int(w) for w in args.worlds.split(",") if w]:
         t0 = time.time()
         print(f"=== world {world} ===", flush=True)

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""The compile pass on every source form, in one process (GPU machine, torch >= 2.6).
+
+A fake process group of world size 2 (torch.testing._internal.distributed.fake_pg: collectives
+return at once without communicating) lets Dynamo produce exactly the graphs of a real TP job,
+and a world-1 arfusion communicator (mapped to the fake group with group_map) runs the fused ops:
+the all-reduce of one rank is the identity on both sides, so the compiled model must equal the
+eager one (residual bitwise, norm within 1 ulp, FP8 tails exact on the returned norm). For every
+variant the pass must replace the expected number of patterns of the expected kind; a miss prints
+the pass's own reason (the point of this test: torch's graph forms change between releases).
+
+    python3 python/tests/gpu/pass_forms.py [--json FILE] [--only substr,...]
+
+Exit 0 all passed, 1 a failure, 77 skipped (no torch >= 2.6 / no GPU). Prints "N passed, N failed".
+"""
+
+import argparse
+import json
+import os
+import sys
+import traceback
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "..")))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("SKIPPED: torch is not installed")
+        return 77
+    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 6):
+        print(f"SKIPPED: torch {torch.__version__} < 2.6")
+        return 77
+    if not torch.cuda.is_available():
+        print("SKIPPED: no CUDA device visible")
+        return 77
+    import torch._inductor.config as inductor_config
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    import arfusion
+    import arfusion.torch as aft
+    import reference as ref
+
+    inductor_config.fx_graph_cache = False
+    try:
+        import torch._functorch.config as functorch_config
+
+        functorch_config.enable_autograd_cache = False
+    except (ImportError, AttributeError):
+        pass
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    dtype = torch.bfloat16
+    T, H, eps = 16, 1024, 1e-6
+
+    cfg = arfusion.comm_config(transport=arfusion.Transport.Local, rank=0, world_size=1, device=0,
+                               max_tokens=64, max_hidden=H, dtype=int(arfusion.DataType.BFloat16),
+                               id=arfusion.unique_id())
+    comm = aft.Communicator(arfusion.Comm.init_rank(cfg, "forms"), name="forms", device=dev,
+                            dtype=dtype, config=cfg)
+    group_map = {dist.group.WORLD.group_name: comm.name}
+
+    g = torch.Generator().manual_seed(7)
+    scale = (0.5 + torch.rand(H, generator=g)).to(dtype).to(dev)
+    w = (1.0 + 0.2 * torch.randn(H, generator=g)).to(dtype).to(dev)
+    w32 = (1.0 + 0.2 * torch.randn(H, generator=g)).to(dev)
+    wg = (0.1 * torch.randn(H, generator=g)).to(dtype).to(dev)
+    static_scale = torch.tensor([0.05], dtype=torch.float32, device=dev)
+    nn_norm = torch.nn.RMSNorm(H, eps=eps, device=dev, dtype=dtype)
+    with torch.no_grad():
+        nn_norm.weight.copy_(w)
+
+    def ar(x):
+        p = x * scale  # an intermediate, as a row-parallel layer's output is
+        dist.all_reduce(p)
+        return p
+
+    def llama(s, weight=w):
+        h = s.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * h.to(dtype)
+
+    def gemma(s):
+        h = s.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return (h * (1.0 + wg.float())).type_as(s)
+
+    def fp32w(s):
+        h = s.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return (h * w32).to(dtype)
+
+    def per_token(y):
+        yf = y.float()
+        sc = torch.clamp(yf.abs().amax(dim=-1, keepdim=True) / 448.0, min=1.0 / (448.0 * 512.0))
+        return (yf / sc).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), sc
+
+    def per_group(y):
+        t, h = y.shape
+        yf = y.float().reshape(t, h // 128, 128)
+        sc = torch.clamp(yf.abs().amax(dim=-1, keepdim=True) / 448.0, min=1.0 / (448.0 * 512.0))
+        q = (yf / sc).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+        return q.reshape(t, h), sc.reshape(t, h // 128)
+
+    def static(y):
+        return (y.float() / static_scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+
+    def two_layers(x, r):
+        s1 = ar(x) + r
+        h1 = llama(s1)
+        s2 = ar(h1) + s1
+        return llama(s2), s2
+
+    def inplace_residual(x, r):
+        r = r.clone()
+        r.add_(ar(x))
+        return llama(r), r
+
+    # name: (fn, number of args, expected replacements, substrings every kind must contain, quant)
+    variants = {
+        "F.rms_norm": (lambda x, r: (lambda s: (F.rms_norm(s, (H,), w, eps), s))(ar(x) + r), 2, 1, ["/once"], None),
+        "F.rms_norm without weight": (lambda x, r: (lambda s: (F.rms_norm(s, (H,), None, eps), s))(ar(x) + r), 2, 1, ["/once"], None),
+        "nn.RMSNorm": (lambda x, r: (lambda s: (nn_norm(s), s))(ar(x) + r), 2, 1, ["/once"], None),
+        "LlamaRMSNorm": (lambda x, r: (lambda s: (llama(s), s))(ar(x) + r), 2, 1, ["/before_weight"], None),
+        "Gemma (1 + w)": (lambda x, r: (lambda s: (gemma(s), s))(ar(x) + r), 2, 1, ["(1 + w)"], None),
+        "fp32 weight": (lambda x, r: (lambda s: (fp32w(s), s))(ar(x) + r), 2, 1, ["fp32 weight"], None),
+        "residual + all-reduce order": (lambda x, r: (lambda s: (llama(s), s))(r + ar(x)), 2, 1, ["residual/"], None),
+        "first layer F.rms_norm": (lambda x: (lambda s: (F.rms_norm(s, (H,), w, eps), s))(ar(x)), 1, 1, ["first_layer/"], None),
+        "first layer LlamaRMSNorm": (lambda x: (lambda s: (llama(s), s))(ar(x)), 1, 1, ["first_layer/"], None),
+        "in-place residual add": (inplace_residual, 2, 1, ["residual/"], None),
+        "two layers": (two_layers, 2, 2, ["residual/"], None),
+        "Llama + FP8 per-token": (lambda x, r: (lambda s: (lambda n: (n, *per_token(n), s))(llama(s)))(ar(x) + r), 2, 1, ["+fp8_per_token"], "fp8_per_token"),
+        "F.rms_norm + FP8 per-token": (lambda x, r: (lambda s: (lambda n: (n, *per_token(n), s))(F.rms_norm(s, (H,), w, eps)))(ar(x) + r), 2, 1, ["+fp8_per_token"], "fp8_per_token"),
+        "Llama + FP8 per-group": (lambda x, r: (lambda s: (lambda n: (n, *per_group(n), s))(llama(s)))(ar(x) + r), 2, 1, ["+fp8_per_group"], "fp8_per_group"),
+        "Llama + FP8 static": (lambda x, r: (lambda s: (lambda n: (n, static(n), s))(llama(s)))(ar(x) + r), 2, 1, ["+fp8_per_tensor"], "fp8_per_tensor"),
+        "Gemma + FP8 per-token, q only": (lambda x, r: (lambda s: (*per_token(gemma(s)), s))(ar(x) + r), 2, 1, ["+fp8_per_token"], "q_only"),
+        "dynamic tokens (max 64)": (lambda x, r: (lambda s: (llama(s), s))(ar(x) + r), 2, 1, ["/before_weight"], "dynamic"),
+    }
+    only = [s for s in args.only.split(",") if s]
+    results = []
+
+    def record(name, ok, detail):
+        results.append({"name": name, "ok": ok, "detail": detail})
+        print(f"{'PASS' if ok else 'FAIL'}  [pass forms] {name}" + (f": {detail}" if detail else ""), flush=True)
+
+    for name, (fn, nargs, expected, kinds, mode) in variants.items():
+        if only and not any(s in name for s in only):
+            continue
+        torch._dynamo.reset()
+        try:
+            gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+            inputs = [torch.randn(T, H, generator=gen).to(dtype).to(dev) for _ in range(nargs)]
+            p = aft.AllReduceFusionPass(comm, group_map=group_map)
+            dynamic = mode == "dynamic"
+            if dynamic:
+                for t in inputs:
+                    torch._dynamo.mark_dynamic(t, 0, min=2, max=64)
+            model = torch.compile(fn, fullgraph=True, dynamic=None if dynamic else False,
+                                  options={"post_grad_custom_post_pass": p})
+            with torch.no_grad():
+                got = model(*inputs)
+                want = fn(*inputs)
+            torch.cuda.synchronize()
+            comm.check()
+            summary = p.stats.summary().replace("\n", " | ")
+            problems = []
+            if p.stats.replaced != expected:
+                problems.append(f"replaced {p.stats.replaced}, expected {expected}")
+            for k in p.stats.kinds:
+                for sub in kinds:
+                    if sub not in k:
+                        problems.append(f"kind {k!r} lacks {sub!r}")
+            # numerics: tensors of activation dtype within 1 ulp (residuals exact), fp8 exact
+            got = got if isinstance(got, tuple) else (got,)
+            want = want if isinstance(want, tuple) else (want,)
+            for i, (a, b) in enumerate(zip(got, want)):
+                if a.dtype in (torch.bfloat16, torch.float16):
+                    d = int(ref.ulp_distance(a.cpu(), b.cpu()).max())
+                    if d > (1 if "two layers" not in name else 4):
+                        problems.append(f"output {i}: {d} ulp from eager")
+            if mode in ("fp8_per_token", "fp8_per_group", "fp8_per_tensor"):
+                norm_c = got[0].cpu()
+                if mode == "fp8_per_token":
+                    qr, sr = ref.fp8_per_token(norm_c)
+                    if not (ref.bits_equal(got[1].cpu(), qr) and ref.bits_equal(got[2].cpu(), sr)):
+                        problems.append("fp8 per-token q/scales differ from the contract on the returned norm")
+                elif mode == "fp8_per_group":
+                    qr, sr, _ = ref.fp8_per_group(norm_c, "fp32")
+                    if not (ref.bits_equal(got[1].cpu(), qr) and ref.bits_equal(got[2].cpu(), sr)):
+                        problems.append("fp8 per-group q/scales differ from the contract on the returned norm")
+                else:
+                    if not ref.bits_equal(got[1].cpu(), ref.fp8_per_tensor(norm_c, static_scale.cpu())):
+                        problems.append("fp8 static q differs from the contract on the returned norm")
+            if mode == "dynamic":
+                x2 = [torch.randn(40, H, generator=gen).to(dtype).to(dev) for _ in range(nargs)]
+                for t in x2:
+                    torch._dynamo.mark_dynamic(t, 0, min=2, max=64)
+                with torch.no_grad():
+                    a, b = model(*x2), fn(*x2)
+                torch.cuda.synchronize()
+                if int(ref.ulp_distance(a[0].cpu(), b[0].cpu()).max()) > 1:
+                    problems.append("T=40 differs from eager")
+            record(name, not problems, "; ".join(problems + [summary]))
+        except Exception as e:  # noqa: BLE001
+            record(name, False, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+    comm.destroy()
+    dist.destroy_process_group()
+    passed = sum(1 for r in results if r["ok"])
+    failed = len(results) - passed
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 and passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
