@@ -24,17 +24,66 @@
  *  - Collective: every rank of a communicator must issue the same sequence of operations with the
  *    same pattern, algorithm, dtype, num_tokens and hidden. A rank that does not join stalls its
  *    peers until the bounded wait expires (see arfCommGetAsyncError).
- *  - Ranks sharing one GPU (virtual ranks, local transport): a rank's collective kernel spins until
- *    its peers' kernels run. A device-synchronizing call on one rank's thread (cudaMalloc, cudaFree,
- *    cudaDeviceSynchronize, synchronous cudaMemcpy, graph instantiation) while a peer's collective is
- *    in flight waits for that kernel, which waits for this rank: a deadlock until the bounded wait
- *    expires. Allocate before issuing collectives, and let every rank issue its calls before any
- *    rank synchronizes the device. Ranks on distinct GPUs are not affected. The library keeps ranks
- *    sharing a GPU in step kernel by kernel (streams share a few hardware queues); CUDA graph launches
- *    are the caller's to order likewise. CUDA_DEVICE_MAX_CONNECTIONS=32 in the environment (set
- *    before CUDA initialises) makes queue sharing rarer; the tests and tools set it.
+ *  - Ranks sharing one GPU (virtual ranks, local transport; a testing and development mode, not
+ *    how engines deploy): a rank's collective kernel spins until its peers' kernels run, so
+ *      - drive each virtual rank from its own host thread: a call returns only once every rank on
+ *        its GPU has enqueued the same call (so that nothing the caller enqueues after it can sit
+ *        ahead of a peer's call in a hardware queue the streams share); a rank that stops calling
+ *        makes its mates' calls return arfTimeout after timeout_seconds (phase host_enqueue), and
+ *        a mate whose call was refused makes theirs return arfCommFailed at once;
+ *      - any kernels may precede or follow a call on a rank's stream: before its collective kernel
+ *        every call runs a one-CTA gate that waits until every rank on the GPU has reached the
+ *        call, so no collective holds SMs a mate's earlier kernel needs. A kernel that needs every
+ *        SM of the GPU at once (a cooperative launch) cannot run beside those gates;
+ *      - no device-synchronizing call on any rank's thread while a peer's collective is in flight
+ *        (cudaMalloc, cudaFree, cudaDeviceSynchronize, synchronous cudaMemcpy, graph
+ *        instantiation), and every kernel a rank launches between collectives must already be
+ *        loaded (with lazy module loading, the default, a first launch may wait for the context to
+ *        go idle, which it never does while a peer spins): warm them up before the first
+ *        collective, or set CUDA_MODULE_LOADING=EAGER. The library loads its own at creation;
+ *      - CUDA graph launches are the caller's to order likewise (every rank's launch i before any
+ *        rank's launch i+1; graphs may contain other kernels: the gate is captured with each call).
+ *    Ranks on distinct GPUs and ranks of different processes (ipc; contexts time-slice) are not
+ *    affected by any of this. CUDA_DEVICE_MAX_CONNECTIONS=32 (set before CUDA initialises) makes
+ *    queue sharing rarer; the tests and tools set it.
+ *  - Two communicators over the same GPUs (e.g. attention-TP and MoE-TP groups): use them in turn
+ *    (each rank orders one group's calls after the other's with events or one stream), as with
+ *    NCCL communicators: two collectives of different groups in flight at once can each hold the
+ *    SMs the other needs.
  *  - CUDA graphs: operations may be captured and replayed. Nothing is registered per tensor: the
  *    kernels copy inputs into the communicator's own workspace, and protocol state lives on device.
+ *  - Asynchronous errors and lost calls: a call that returns arfSuccess has only been enqueued. If
+ *    a bounded wait later expires (or the integrity check fails), arfCommGetAsyncError reports it
+ *    on every rank, naming the rank that waited, the peer, the phase, the CTA and the call index,
+ *    and arfCommGetFirstLostCall gives the first call whose outputs may be lost: that call and
+ *    every later one (enqueued before or after the error) must be treated as lost on every rank;
+ *    earlier calls completed everywhere. A lost call's outputs are undefined (rows written before
+ *    the error, old contents elsewhere); kernels enqueued after the error do nothing. Poll
+ *    arfCommGetAsyncError (it does not synchronize), e.g. once per engine step.
+ *
+ * Numerics (what a caller needs to check the outputs; src/reference/cpu_reference.h implements it):
+ *  - The sum: each element is summed in fp32 over the ranks' inputs in rank order 0, 1, ..., N-1
+ *    (acc = 0; acc += x_r), then rounded once to the activation dtype (round to nearest even).
+ *    Every algorithm and every call shape produces these exact bits (the nccl algorithm excepted:
+ *    NCCL's order, bitwise equal across ranks but not to this). -0.0 inputs are read as +0.0
+ *    (-0.0 is the Lamport "not yet written" sentinel) and a sum that rounds to -0.0 is returned as
+ *    +0.0: the all-reduce never returns -0.0 (NCCL would for an all -0.0 column). NaN and Inf
+ *    propagate as IEEE fp32 addition does.
+ *  - residual_out = round(float(sum) + float(residual_in)): one fp32 add, one rounding (bitwise;
+ *    = the rounded sum, bit for bit, when residual_in is NULL).
+ *  - norm_out: y = float(residual_out); mean = (fp32 sum of y*y over the row, in column order per
+ *    thread then a fixed reduction tree) / hidden; s = rsqrt(mean + eps) (eps inside the square
+ *    root, added in fp32); g = gamma (+1 with gamma_plus_one, in fp32); norm = round(y * s * g),
+ *    or round(round(y * s) * g) with arfNormRoundBeforeWeight. Against an exact (double)
+ *    reference it is within 1 ulp of the dtype at the exact value + 1e-6 (fp32 rsqrt and the
+ *    fp32 sum of squares differ from double); for arfNormRoundBeforeWeight the exact reference
+ *    rounds the intermediate y * s to the dtype (either neighbour when y * s is that close to a
+ *    tie). The fused and unfused paths of this library are bitwise equal to each other.
+ *  - Across ranks every output is bitwise identical when residual_in and gamma are identical on
+ *    every rank (as in tensor parallelism); with per-rank residuals each rank's outputs follow the
+ *    rules above with its own residual.
+ *  - Quantized patterns quantize the dtype-rounded norm (the unfused contract) with the rules of
+ *    src/kernels/quant_formats.h (saturation, NaN, -0.0, subnormals), bitwise.
  */
 #ifndef ARFUSION_ARFUSION_H_
 #define ARFUSION_ARFUSION_H_
@@ -183,8 +232,11 @@ typedef struct arfCommConfig_t {
   size_t max_tokens;      /* capacity: largest num_tokens of any call */
   size_t max_hidden;      /* capacity: largest hidden of any call (multiple of 8, <= 16384) */
   arfDataType_t dtype;    /* activation dtype of every call: arfBFloat16 or arfFloat16 */
-  size_t oneshot_max_tokens; /* tokens the Lamport buffers hold (3 x world x this x max_hidden);
-                                0 = max_tokens. Larger calls use other algorithms. */
+  size_t oneshot_max_tokens; /* Lamport capacity, in tokens of max_hidden: the Lamport buffers
+                                hold 3 x world x this x max_hidden elements, and a call can run
+                                on oneshot_lamport when num_tokens x hidden <= this x max_hidden
+                                (elements: a narrower call may have more tokens); 0 = max_tokens.
+                                Larger calls use other algorithms. */
   double timeout_seconds; /* bound of every device spin-wait; 0 = default (10 s) */
   double init_timeout_seconds; /* bound of the host rendezvous in arfCommInitRank; 0 = 60 s */
   /* API version 3. 1: launch every kernel with programmatic dependent launch (PDL, sm_90+): a
