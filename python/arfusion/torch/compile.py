@@ -729,10 +729,16 @@ class AllReduceFusionPass(CustomGraphPass):
                     errors.append(f"no residual add of the same shape/dtype; {e}")
                 else:
                     errors.append(f"on the all-reduce itself: {e}")
+        if norm is None and self.fp32_residual_add:
+            try:
+                norm, residual, y = self._match_fp32_residual(ar_val, hidden, act, shape)
+                form = "fp32_residual"
+            except _NoMatch as e:
+                errors.append(f"fp32 residual form: {e}")
         if norm is None:
             raise _NoMatch("; ".join(errors))
         stats.matched += 1
-        if form == "residual" and len(ar_val.users) > 1:
+        if form in ("residual", "fp32_residual") and len(ar_val.users) > 1:
             raise _NoMatch("the all-reduce result has users besides the residual add "
                            f"({', '.join(u.name for u in ar_val.users if u is not y)})")
 
@@ -824,6 +830,28 @@ class AllReduceFusionPass(CustomGraphPass):
             stats.notes.append(f"{ar_node.name}: an FP8 conversion follows the norm but not in "
                                "arfusion's form; it stays unfused")
         return True
+
+    def _match_fp32_residual(self, ar_val, hidden, act, shape):
+        """vLLM's native RMSNorm: s32 = f32(ar) + f32(residual); residual := round(s32); the
+        norm reads s32. Returns (norm, residual node, the rounded-residual node to replace)."""
+        for c in ar_val.users:
+            if _convert_dtype(c) != torch.float32:
+                continue
+            for s32 in c.users:
+                if not _is_call(s32, _op("aten", "add", "Tensor")) or s32.kwargs.get("alpha", 1) != 1:
+                    continue
+                other = _other_operand(s32, c)
+                if _convert_dtype(other) != torch.float32:
+                    continue
+                res = other.args[0]
+                if _dtype(res) != act or _shape(res) != shape:
+                    continue
+                rounded = [u for u in s32.users if _convert_dtype(u) == act]
+                if len(rounded) != 1:
+                    raise _NoMatch("the fp32 residual sum is not rounded to the activation dtype once")
+                norm = _match_decomposed_from(s32, [s32], hidden, act)
+                return norm, res, rounded[0]
+        raise _NoMatch("no f32(all-reduce) + f32(residual)")
 
     def _check_plan(self, comm, pattern, hidden, rows, weight_dtype, norm, quant):
         def plan_at(t):
