@@ -1,5 +1,5 @@
 // Debug-build stall hooks: make one rank's CTA late at a chosen point of the protocol, so that the
-// soak (tools/stress) exercises the skew under which the seed-004 class of bug appears — a fast
+// soak (tools/stress) exercises the skew under which a missing-barrier bug appears — a fast
 // rank reusing a buffer that a slow peer has not finished reading — deterministically instead of
 // waiting for the scheduler to produce it (FlashInfer tests a compiled-in stall the same way).
 //
@@ -29,7 +29,7 @@ namespace arf::debug {
 // Where a hook sits. Each models a different late rank.
 enum class StallPoint : uint32_t {
   kBeforePublish = 0,       // before copy-in / scatter / push: peers wait for our data
-  kBeforeRead = 1,          // published, synchronized, not yet reading peers: the seed-004 window
+  kBeforeRead = 1,          // published, synchronized, not yet reading peers: where a missing end barrier bites
   kBeforeCloseBarrier = 2,  // done reading, late to the closing barrier (pull end, twoshot gather)
   kBeforeFinalRead = 3,     // twoshot: past the gather barrier, not yet reading the gather inbox
   kBeforeArrive = 4,        // Lamport: done reading, not yet rotated the buffers
