@@ -139,7 +139,8 @@ Status launch_typed(const Plan& plan, Pattern pattern, const KernelParams& param
 // stream have completed; it calls no launch_dependents, so our collective (even a PDL launch)
 // starts only once the gate has passed.
 __global__ void __launch_bounds__(32, 1) shared_device_gate_kernel(const KernelParams p) {
-  if (protocol::aborted(p)) return;
+  // One decision for the whole CTA: the gate synchronizes its threads.
+  if (__syncthreads_or(protocol::aborted(p)) != 0) return;
   (void)protocol::shared_device_gate(p);
 }
 

@@ -103,7 +103,9 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lampo
   debug::stall_lamport(p, debug::StallPoint::kBeforeArrive);
   if constexpr (kWorld > 1) {
     // A failed check or wait leaves the index and the rotation alone: the communicator has failed.
-    if (!protocol::lamport_check_headers<kWorld>(p, s.buffer, call) || protocol::aborted(p)) return;
+    // The decision is the whole CTA's (call_exit synchronizes the CTA).
+    const bool headers_ok = protocol::lamport_check_headers<kWorld>(p, s.buffer, call);
+    if (__syncthreads_and(headers_ok && !protocol::aborted(p)) == 0) return;
     protocol::call_exit(p, &s);
   }
   pdl_launch_dependents();

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Acceptance runs of the shared-GPU protocol fix and of the API-4 surface on the GPU machine, one
+# stage per purpose, against a build made elsewhere (scripts/pack_for_device.sh; configure with
+# -DARF_SHARED=ON -DARF_BUILD_NEGATIVE_CONTROLS=ON). Logs and JSON land in $OUT (default
+# ./acceptance_out), packed into $OUT/acceptance.tar.gz at the end.
+#
+#   bash scripts/gpu_acceptance.sh replay starved churn     # stages, in order
+#
+# Stages:
+#   replay    the outside program's Lamport stall sequence (tests/data/lamport-stall-world2.csv),
+#             replayed on the protocol without the gate (negative control: must stall) and on the
+#             current one (must not), ARF_REPLAYS times each (default 5)
+#   starved   the shared-device GPU tests (a mate behind a whole-SM kernel, foreign kernels behind
+#             every call, the integrity check, API 4 options) on the current library, then the
+#             starvation test on the negative-control library (expected to time out)
+#   one_queue the foreign-kernel test with CUDA_DEVICE_MAX_CONNECTIONS=1 (every stream in one FIFO)
+#   churn     the engine-like soak at 2, 4 and 8 virtual ranks (ARF_CHURN_SECONDS each, default
+#             30) and its negative control
+#   ctest     ctest -L gpu (ARF_CTEST_EXCLUDE: a regex of tests to leave out)
+#   python    the torch integration: compile-pass graph dump, then python/tests/run_gpu_tests.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-acceptance_out}
+mkdir -p "$out/log"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export ARFUSION_LIBRARY=$PWD/build/libarfusion.so
+# ctest files name the configuring machine's build directory.
+configured=$(sed -n 's/^# Build directory: //p' build/CTestTestfile.cmake 2>/dev/null)
+if [[ -n $configured && ! -e $configured ]]; then
+  mkdir -p "$(dirname "$configured")" && ln -s "$PWD/build" "$configured"
+fi
+csv=tests/data/lamport-stall-world2.csv
+replay_args=(churn --replay "$csv" --nranks 2 --max-tokens 2048 --max-hidden 4096 --skew-us 0
+             --host-skew-us 200 --timeout 2 --progress 0)
+
+for stage in "$@"; do
+  echo "=== $stage $(date -u +%H:%M:%S)"
+  case $stage in
+    replay)
+      n=${ARF_REPLAYS:-5}
+      ./build/arfusion-stress-no_shared_device_gate "${replay_args[@]}" --repeat "$n" \
+        -J "$out/log/replay_no_gate.json" > "$out/log/replay_no_gate.txt" 2>&1
+      echo "no gate: exit $?"; grep -iE "repeat|stall|timeout|lost" "$out/log/replay_no_gate.txt" | tail -12
+      ./build/arfusion-stress "${replay_args[@]}" --repeat "$n" -J "$out/log/replay_gate.json" \
+        > "$out/log/replay_gate.txt" 2>&1
+      echo "gate: exit $?"; tail -6 "$out/log/replay_gate.txt" ;;
+    starved)
+      ./build/arfusion_gpu_tests --gtest_filter='SharedDevice*:ApiV4*:PlanShape*:TwoCommunicators*:Bounded*:CallMismatch*' \
+        > "$out/log/shared_device_tests.txt" 2>&1
+      echo "gpu tests (shared device, api4, timeouts): exit $?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests ran" "$out/log/shared_device_tests.txt" | tail -20
+      if [[ -x build/arfusion_gpu_tests_no_shared_device_gate ]]; then
+        timeout 120 ./build/arfusion_gpu_tests_no_shared_device_gate --gtest_filter='SharedDevice/StarvedMate*' \
+          > "$out/log/starved_no_gate.txt" 2>&1
+        echo "starved mate without the gate: exit $? (non-zero expected)"; grep -E "timeout|OK \]|FAILED \]" "$out/log/starved_no_gate.txt" | head -8
+      fi ;;
+    one_queue)
+      CUDA_DEVICE_MAX_CONNECTIONS=1 ./build/arfusion_gpu_tests \
+        --gtest_filter='SharedDevice.ForeignKernels*:SharedDevice/StarvedMate*' > "$out/log/one_queue.txt" 2>&1
+      echo "one hardware queue: exit $?"; grep -E "OK \]|FAILED \]" "$out/log/one_queue.txt" | head -10 ;;
+    churn)
+      s=${ARF_CHURN_SECONDS:-30}
+      for n in 2 4 8; do
+        ./build/arfusion-stress churn --nranks "$n" --seconds "$s" --progress 0 --verify-calls \
+          -J "$out/log/churn_$n.json" > "$out/log/churn_$n.txt" 2>&1
+        echo "churn $n ranks: exit $?"; tail -4 "$out/log/churn_$n.txt"
+      done
+      ./build/arfusion-stress-no_shared_device_gate churn --expect-failure --nranks 2 \
+        --patterns allreduce,flat,residual_rmsnorm --seconds 60 --timeout 2 --progress 0 \
+        -J "$out/log/churn_no_gate.json" > "$out/log/churn_no_gate.txt" 2>&1
+      echo "churn without the gate (expect-failure): exit $? (0 = failure detected)"; tail -4 "$out/log/churn_no_gate.txt" ;;
+    ctest)
+      ctest --test-dir "${configured:-build}" -L gpu ${ARF_CTEST_EXCLUDE:+-E "$ARF_CTEST_EXCLUDE"} \
+        --output-on-failure > "$out/log/ctest_gpu.txt" 2>&1
+      echo "ctest -L gpu: exit $?"; grep -E "Test +#|tests passed|Total Test" "$out/log/ctest_gpu.txt" | tail -30 ;;
+    python)
+      OUT="$out/log/graphs" PYTHONPATH=python timeout 300 python3 python/tools/dump_post_grad_graphs.py \
+        > "$out/log/graphs.txt" 2>&1
+      echo "graph dump: exit $?"; tail -3 "$out/log/graphs.txt"
+      timeout 540 bash python/tests/run_gpu_tests.sh ${ARF_PYTHON_ARGS:-} > "$out/log/python_gpu.txt" 2>&1
+      echo "python gpu tests: exit $?"; tail -25 "$out/log/python_gpu.txt" ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+done
+tar -czf "$out/acceptance.tar.gz" -C "$out" log
+exit 0
