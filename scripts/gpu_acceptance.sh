@@ -65,7 +65,7 @@ for stage in "$@"; do
         echo "churn $n ranks: exit $?"; tail -4 "$out/log/churn_$n.txt"
       done
       ./build/arfusion-stress-no_shared_device_gate churn --expect-failure --nranks 2 \
-        --patterns allreduce,flat,residual_rmsnorm --seconds 60 --timeout 2 --progress 0 \
+        --patterns allreduce,flat,residual_rmsnorm --seconds "${ARF_CHURN_NC_SECONDS:-60}" --timeout 2 --progress 0 \
         -J "$out/log/churn_no_gate.json" > "$out/log/churn_no_gate.txt" 2>&1
       echo "churn without the gate (expect-failure): exit $? (0 = failure detected)"; tail -4 "$out/log/churn_no_gate.txt" ;;
     ctest)
