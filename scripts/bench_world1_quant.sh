@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # World-1 quantized epilogues (residual add + RMSNorm + FP8/FP4 quant, no all-reduce) against
-# torch.compile of the same function, in one run on one GPU. Issue 3's targets: (A) the 1-kernel
+# torch.compile of the same function, in one run on one GPU. The targets: (A) the 1-kernel
 # call at least as fast as torch.compile at every token count, per pattern; (B) per-group FP8 at
 # >= 85% of the copy bandwidth at >= 4096 tokens. Per hidden size (8192, then 7168): arfusion-bench
 # --op quant on device 0 (fp8_tensor, fp8_token, fp8_group, nvfp4, mxfp4; row-major fp32 scales),

@@ -1,10 +1,26 @@
 #!/usr/bin/env bash
-# One call on the GPU machine (the `device` tool): runs the requested stages against a build made
-# elsewhere (scripts/pack_for_device.sh: carry .devpack and `tar -xJf .devpack/build.tar.xz` first) and leaves logs and JSON in $OUT (default ./device_out), packed into
-# $OUT/results.tar.gz plus the short summaries. Stages: env gpu bench world1 allreduce (default: all),
-# quant quant7168 world1_quant (issue 3), profile, stress, soak, negative (issue 5), procs (the tools as one
-# process per rank under arfusion-run), and multi (one GPU per rank on a multi-GPU machine: tests and TP
-# 2/4/8 sweeps).
+# One call on the GPU machine (the `device` tool): runs the named stages against a build made
+# elsewhere (scripts/pack_for_device.sh; carry .devpack and `tar -xJf .devpack/build.tar.xz` first).
+# Logs and JSON go to $OUT/run (default ./device_out/run), packed into $OUT/results.tar.gz at the
+# end, with short summaries copied to $OUT. scripts/README.md says how a run is made and filed.
+# Stages (default: env gpu bench world1 allreduce):
+#   env           machine facts: date, commit, nvidia-smi, topology, nvcc version -> env.txt
+#   gpu           ctest -L gpu: the GPU suite, short soaks, negative controls, ipc tests
+#   bench         the README's default fused sweep (8 virtual ranks when one GPU is visible)
+#   world1        world-1 residual + RMSNorm against torch.compile (scripts/bench_world1.sh)
+#   allreduce     the plain all-reduce, 32 KiB..64 MiB
+#   quant         each quantized pattern as 3 kernels, 2 kernels and 1 kernel; 8 virtual ranks, world 1
+#   quant7168     the same at hidden 7168 (DeepSeek-V3's), 8 virtual ranks
+#   world1_quant  world-1 norm + quantization against torch.compile (scripts/bench_world1_quant.sh)
+#   profile       ncu and cuobjdump of the world-1 kernels (scripts/profile_kernels.sh)
+#   stress        the refill soak, eager and with CUDA graphs (ARF_SOAK_SECONDS each, default 60)
+#   soak          the long soak, GPU verifier, one chunk per visible GPU (ARF_SOAK_CPA, ARF_SOAK_SEED)
+#   negative      negative controls must be detected, the debug-stall soak must pass
+#                 (scripts/negative_controls.sh)
+#   multi         one GPU per rank: ctest, then per TP size 2/4/8 the fused sweep writing a tuned
+#                 table, the sweep again with that table, the all-reduce, the sweep as processes
+#   procs         the tools as one process per rank under arfusion-run (ipc transport)
+# ARF_LIMIT_<stage>=SECONDS bounds one stage's commands (bounded() below).
 # Usage: bash scripts/device_run.sh [stage...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,30 +70,32 @@ for stage in "${stages[@]}"; do
       bounded ./build/arfusion-bench --op allreduce -b 32K -e 64M -f 2 -G 1 -c 1 -J "$out/run/allreduce.json" 2>&1 \
         | tee "$out/run/allreduce.txt" | tail -25 ;;
     quant)
-      # issue 3: seed 002's fallback-chain comparison per quant pattern, 8 virtual ranks and world 1.
+      # Per quantized pattern the fallback chain a caller would otherwise run (all-reduce, norm,
+      # quantize as 3 kernels; 2; 1; 1 + bf16 output), at 8 virtual ranks and at world 1.
       bounded ./build/arfusion-bench --op quant -J "$out/run/quant.json" 2>&1 | tee "$out/run/quant.txt" | tail -30
       bounded ./build/arfusion-bench --op quant --nranks 1 -J "$out/run/quant_w1.json" 2>&1 \
         | tee "$out/run/quant_w1.txt" | tail -30 ;;
     quant7168)
-      # issue 3 asks hidden 7168 too (DeepSeek-V3); 8 virtual ranks.
+      # The same at hidden 7168 (DeepSeek-V3's hidden size), 8 virtual ranks.
       bounded ./build/arfusion-bench --op quant --hidden 7168 -J "$out/run/quant_h7168.json" 2>&1 \
         | tee "$out/run/quant_h7168.txt" | tail -12 ;;
     world1_quant)
-      # issue 3: world-1 norm+quant against torch.compile, hidden 8192 and 7168.
+      # World-1 norm + quantization against torch.compile of the same function, hidden 8192 and 7168.
       bounded bash scripts/bench_world1_quant.sh "$out/run/world1_quant" > "$out/run/world1_quant.log" 2>&1
       tail -n 14 "$out"/run/world1_quant/compare_world1_quant_h*.txt 2>/dev/null || tail -30 "$out/run/world1_quant.log" ;;
     profile)
       # Where the time of the missed world-1 targets goes (ncu, cuobjdump): scripts/profile_kernels.sh.
       bounded bash scripts/profile_kernels.sh "$out/run/profile" 2>&1 | tail -30 ;;
     stress)
-      # issue 5: the refill soak, eager and with graphs (tools/stress/README.md).
+      # The refill soak (mixed algorithms, patterns and shapes, every output checked), eager and with
+      # graphs (tools/stress/README.md).
       bounded ./build/arfusion-stress --seconds "${ARF_SOAK_SECONDS:-60}" -J "$out/run/soak.json" 2>&1 | tee "$out/run/soak.txt" | tail -15
       bounded ./build/arfusion-stress --seconds "${ARF_SOAK_SECONDS:-60}" -G 8 --window 4 -J "$out/run/soak_graphs.json" 2>&1 \
         | tee "$out/run/soak_graphs.txt" | tail -15 ;;
     soak)
-      # issue 5's 10^6-calls-per-algorithm target, one chunk per visible GPU (distinct seeds), GPU
-      # verifier (tools/stress/README.md). ARF_SOAK_CPA calls per algorithm per GPU (default
-      # 170000), ARF_SOAK_SEED the first seed (default 301).
+      # The long soak (chunks add up to 10^6 verified calls per algorithm), one chunk per visible
+      # GPU with distinct seeds, GPU verifier (tools/stress/README.md). ARF_SOAK_CPA calls per
+      # algorithm per GPU (default 170000), ARF_SOAK_SEED the first seed (default 301).
       cpa=${ARF_SOAK_CPA:-170000}; seed0=${ARF_SOAK_SEED:-301}
       for ((g = 0; g < num_gpus; ++g)); do
         CUDA_VISIBLE_DEVICES=$g bounded ./build/arfusion-stress --verify gpu \
@@ -88,14 +106,15 @@ for stage in "${stages[@]}"; do
       wait
       tail -n 9 "$out"/run/soak_seed*.txt ;;
     negative)
-      # issue 5: each negative control must be DETECTED (builds build-nc on the device unless shipped).
+      # Each negative control (a protocol step removed on purpose) must be DETECTED, so the soak is
+      # known to see that class of bug (builds build-nc on the device unless shipped).
       # A shipped build configured with -DARF_BUILD_NEGATIVE_CONTROLS=ON is used as is.
       nc_env=()
       [[ -e build/arfusion-stress-relaxed_flags ]] && nc_env=(ARF_NC_BUILD=build)
       env "${nc_env[@]}" bash scripts/negative_controls.sh "$out/run/negative" 2>&1 \
         | tee "$out/run/negative.log" | tail -20 ;;
     multi)
-      # Real ranks: one GPU per rank (issue 6). Tests with ARF_TEST_DEVICES; per TP size: the sweep
+      # Real ranks: one GPU per rank. Tests with ARF_TEST_DEVICES; per TP size: the sweep
       # with --tune-out (its summary checks the default policy), the same sweep with that table
       # (the 3% check), the all-reduce sweep, and the sweep again as processes under arfusion-run.
       devs=$(seq -s, 0 $((num_gpus - 1)))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compute-sanitizer over a short subset of the GPU suite on virtual ranks (issue 5, item 6):
+# compute-sanitizer over a short subset of the GPU suite on virtual ranks:
 #   memcheck   out-of-bounds / misaligned global and shared accesses, device faults
 #   racecheck  shared-memory hazards (CTA epoch broadcast, RMSNorm block reductions)
 #   synccheck  barrier misuse (__syncthreads / __syncthreads_and on divergent paths)
