@@ -159,7 +159,8 @@ void add_sweep_options(CLI::App& app, BenchArgs& a, std::string& algos, int64_t&
                  "allreduce | fused (all-reduce+residual+RMSNorm) | epilogue (world 1)")
       ->transform(CLI::CheckedTransformer(kOps))
       ->option_text("OP [fused]");
-  // quant: the seed-002 comparison of 3 vs 2 vs 1 kernels (+ bf16 side output) per quant pattern.
+  // quant: per quant pattern, 3 vs 2 vs 1 kernels (+ bf16 side output): what fusing saves over the
+  // forms an engine would otherwise run.
   app.add_option("-b,--minbytes", a.min_bytes, "allreduce: smallest size per rank (K/M/G suffixes)")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();

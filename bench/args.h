@@ -15,7 +15,7 @@ namespace arf::bench {
 
 enum class Op { kAllReduce, kFused, kEpilogue, kQuant };
 
-// One quantized pattern with its scale storage, as --op quant times it (issue 3, seed 002).
+// One quantized pattern with its scale storage, as --op quant times it.
 struct QuantVariant {
   arfPattern_t pattern = arfPatternResidualRmsNormFp8PerGroup;
   arfScaleLayout_t layout = arfScaleRowMajor;

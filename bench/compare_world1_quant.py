@@ -7,7 +7,7 @@ norm), torch.compile us, ratio (arfusion 1_kernel / torch; below 1 is faster), a
 torch's % of the copy bandwidth measured in their own runs (both with arfusion-bench's byte count
 for --op quant). Each torch pattern is compared with arfusion's row-major, fp32-scale variant of the
 same pattern (fp8_tensor, fp8_token, fp8_group/row/fp32, nvfp4/row, mxfp4/row); arfusion's other
-layouts and formats are listed as not compared. Then issue 3's two world-1 targets, each PASS or
+layouts and formats are listed as not compared. Then the two world-1 targets, each PASS or
 MISS with the rows that miss it:
   A. per pattern, at every token count, arfusion's 1_kernel is at least as fast as torch.compile
      (ratio <= 1);

@@ -25,8 +25,8 @@ struct Cell {
   bool skipped = false;      // not run: a communicator had failed earlier in the sweep
 };
 
-// --op quant's columns, in cell order: seed 002's fallback chain, each level forced, and level 1
-// again with the bf16 norm_out side output (keep_bf16). Levels 1-3 pass norm_out = NULL.
+// --op quant's columns, in cell order: the fallback chain (3 kernels, 2, 1), each level forced, and
+// level 1 again with the bf16 norm_out side output (keep_bf16). Levels 1-3 pass norm_out = NULL.
 struct QuantColumn {
   const char* name;
   arfFallbackLevel_t level;

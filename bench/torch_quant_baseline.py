@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """torch.compile baseline for arfusion's world-1 quantized epilogues (`arfusion-bench --op quant
---nranks 1`, issue 3's target "at least as fast as torch.compile of the same function").
+--nranks 1`, whose target is "at least as fast as torch.compile of the same function").
 
 Per quant pattern, ONE function is compiled: the residual add and RMSNorm of torch_baseline.py
 (same bf16 rounding: residual_out = bf16(x + residual), norm = bf16(RMSNorm(residual_out) * gamma))

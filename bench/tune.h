@@ -1,4 +1,4 @@
-// --tune-out FILE (issue 4, item 4: arfusion-tune as a mode of arfusion-bench): turns the rows the
+// --tune-out FILE (the tuning tool, as a mode of arfusion-bench): turns the rows the
 // fused sweep already measured into one tuning-table entry (src/policy/tuning_table.h) and merges
 // it into FILE, which the library loads through $ARF_TUNING_TABLE. A mode of the bench rather than
 // a separate tool so that the table is derived from exactly the measurement the bench reports
@@ -54,8 +54,8 @@ std::string write_tuned_entry(const std::string& path, const TuningEntry& entry,
                               const std::string& commit);
 
 // The summary printed after the sweep: the ranges, then per token count the chosen column and
-// auto's time relative to the fastest column and to unfused (issue 4's goal: within 3% of the
-// fastest, never slower than unfused), when auto was measured.
+// auto's time relative to the fastest column and to unfused (the goal a table must meet: within
+// 3% of the fastest, never slower than unfused), when auto was measured.
 std::string tune_summary(const std::vector<Row>& rows, const TuningEntry& entry,
                          const std::string& path);
 

@@ -1,4 +1,4 @@
-# arfusion-run (tools/run/): the multi-process launcher of issue 4 item 2, and its CPU tests.
+# arfusion-run (tools/run/): the multi-process launcher (one process per rank), and its CPU tests.
 # Host code only (no CUDA, no library link), so it builds in seconds and its tests run on every
 # machine: the unit tests of parsing, line relay and exit verdict, and end-to-end tests that run
 # the built launcher on /bin/sh commands (ctest label cpu, a few seconds on 2 cores).

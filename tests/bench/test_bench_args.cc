@@ -261,7 +261,7 @@ TEST(BenchArgs, DryRunAndCapacity) {
   EXPECT_EQ(a.command_line, "arfusion-bench --dry-run --max-tokens 8192");
 }
 
-// ---- --op quant: seed 002's fallback-chain comparison (issue 3) ----
+// ---- --op quant: the fallback chain (3 vs 2 vs 1 kernels) per quant pattern ----
 
 using V = QuantVariant;
 constexpr arfPattern_t kTensor = arfPatternResidualRmsNormFp8PerTensor;

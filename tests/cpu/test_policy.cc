@@ -1,6 +1,7 @@
 // Policy decisions on topology fixtures, dispatch boundaries, forced algorithms, launch shapes and
-// the rank-symmetry / determinism invariants (design rule 1), plus the cross-check that every plan
-// the policy calls feasible fits in the workspace that workspace_layout sizes.
+// the rank-symmetry / determinism invariants (every rank must plan a call identically, or the ranks
+// run different kernels and wait for each other until the bound), plus the cross-check that every
+// plan the policy calls feasible fits in the workspace that workspace_layout sizes.
 #include <gtest/gtest.h>
 
 #include <random>

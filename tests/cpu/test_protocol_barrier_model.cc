@@ -3,7 +3,8 @@
 // start barrier (epoch e+1), reads every peer's buffer, then meets them at an end barrier (e+2).
 // Flags and epochs use the same rules as the kernels: per-rank monotonic epochs compared with
 // epoch_reached, release stores and acquire loads. The model with the end barrier must never read
-// another call's data; the model WITHOUT it (the seed-004 bug) must be caught — a negative control
+// another call's data; the model WITHOUT it (a fast rank's next call overwrites the buffer a slow
+// peer is still reading) must be caught — a negative control
 // proving that this style of check can see the bug at all.
 #include <gtest/gtest.h>
 

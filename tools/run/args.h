@@ -1,4 +1,4 @@
-// Command line of arfusion-run (issue 4 item 2): how many rank processes, on which devices, under
+// Command line of arfusion-run: how many rank processes, on which devices, under
 // which rendezvous id, with which time limits, and the command each rank runs. Parsing forks
 // nothing and touches no GPU, so it is unit-tested on every machine (test_args.cc).
 #pragma once

@@ -1,4 +1,4 @@
-// arfusion-run: starts N rank processes of one job (issue 4 item 2), the way the multi-process
+// arfusion-run: starts N rank processes of one job, the way the multi-process
 // tests and arfusion-bench are run:
 //
 //   arfusion-run -n 4 -- ./build/arfusion_gpu_tests --gtest_filter='Ipc*'
