@@ -108,6 +108,10 @@ def forced_algorithm_variant(algorithm: str) -> Variant:
     algorithm, and the library's unfused path, give the same bits."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown arfusion algorithm {algorithm!r} (one of {', '.join(ALGORITHMS)})")
+    if algorithm == "unfused":   # arfusion's own two kernels: the fusion gain at equal numerics
+        return _v("c@unfused", "fused", algorithm="unfused", timed=True,
+                  description="(c) with algorithm=unfused forced: arfusion's all-reduce kernel, then "
+                              "its norm kernel (bitwise equal to (c) by contract)")
     return _v(f"c@{algorithm}", "fused", algorithm=algorithm, timed=False,
               description=f"(c) with algorithm={algorithm} forced (gate only)")
 
@@ -366,6 +370,9 @@ def plan_tp(o: Options, tp: int, num_gpus: int) -> TPPlan:
     ranks_per_gpu = math.ceil(tp / gpus_used)
     nccl = not shared
     requested = [variant(n) for n in o.variants]
+    if any(v.name == "c" for v in requested):
+        requested += [forced_algorithm_variant(a) for a in o.gate_algorithms
+                      if f"c@{a}" not in [v.name for v in requested]]
     gate, timed, skipped = [], [], {}
     for v in requested:
         if v.needs_nccl_everywhere and not nccl:
@@ -376,15 +383,12 @@ def plan_tp(o: Options, tp: int, num_gpus: int) -> TPPlan:
         if not v.timed:
             continue
         if v.ar == "c10d" and not v.compiled and not nccl:
-            skipped[v.name] = ("timing needs NCCL (one GPU per rank); on a shared GPU the gates run "
-                               "it as (a'): gloo all-reduce of CPU copies, not capturable in a CUDA "
-                               "graph")
+            skipped[v.name] = (f"({v.name}) cannot run here: NCCL cannot put two ranks on one GPU. "
+                               f"The gates run ({v.name}') instead: torch.distributed all-reduce "
+                               "over gloo of CPU copies (gloo's bf16 summation order, not NCCL's); "
+                               "it cannot be captured in a CUDA graph, so it is not timed")
             continue
         timed.append(v.name)
-    for alg in o.gate_algorithms:
-        name = f"c@{alg}"
-        if name not in gate and "c" in [v.name for v in requested]:
-            gate.append(name)
     timing_skipped = None
     time_sliced = False
     if o.gates_only:

@@ -146,8 +146,13 @@ def digest(*tensors) -> str:
 
 def self_check(g: Gates) -> None:
     pairs = numerics.probe_pairs()
-    a = torch.tensor([p[0] for p in pairs], dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
-    b = torch.tensor([p[1] for p in pairs], dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+
+    def as_bf16(patterns):   # 16-bit patterns -> int16 values (two's complement) -> bf16 view
+        return torch.tensor([p - 0x10000 if p >= 0x8000 else p for p in patterns],
+                            dtype=torch.int16).view(torch.bfloat16)
+
+    a = as_bf16([p[0] for p in pairs])
+    b = as_bf16([p[1] for p in pairs])
     got = ulp_t(a, b).tolist()
     want = [numerics.ulp_distance(x, y) for x, y in pairs]
     want = [-1 if w is None else w for w in want]

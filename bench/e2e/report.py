@@ -23,8 +23,8 @@ TIME_DEFINITION = ("per replay: max over ranks of the CUDA-event interval around
                    "microseconds")
 
 # (variant, baseline): fused - unfused, the pairs the table and the JSON report per layer.
-DELTA_PAIRS = [("b", "a"), ("c", "a"), ("c", "b"), ("d", "d0"), ("d", "a"), ("e_c", "e_a"),
-               ("e_d", "e_d0"), ("e_d", "e_a")]
+DELTA_PAIRS = [("b", "a"), ("c", "a"), ("c", "b"), ("c", "c@unfused"), ("d", "d0"), ("d", "a"),
+               ("e_c", "e_a"), ("e_d", "e_d0"), ("e_d", "e_a")]
 
 
 def aggregate_replays(per_rank_us: list[list[float]]) -> dict:

@@ -151,7 +151,9 @@ class TestConfig(unittest.TestCase):
         for name in config.DEFAULT_ORDER:
             self.assertEqual(config.variant(name).name, name)
         v = config.variant("c@unfused")
-        self.assertEqual((v.ar, v.algorithm, v.timed), ("fused", "unfused", False))
+        self.assertEqual((v.ar, v.algorithm, v.timed), ("fused", "unfused", True))
+        v = config.variant("c@twoshot")
+        self.assertEqual((v.algorithm, v.timed), ("twoshot", False))
         self.assertTrue(config.variant("d0").needs_nccl_everywhere)
         self.assertFalse(config.variant("d").needs_nccl_everywhere)
         self.assertTrue(config.variant("e_d").fp8 and config.variant("e_d").fusion_pass)
@@ -164,8 +166,10 @@ class TestConfig(unittest.TestCase):
         self.assertFalse(p.shared_gpu)
         self.assertEqual((p.gpus_used, p.ranks_per_gpu, p.baseline_allreduce), (8, 1, "nccl"))
         self.assertIsNone(p.timing_skipped)
-        self.assertEqual(p.timed_variants, ["a", "b", "c", "d0", "d", "e_a", "e_c", "e_d0", "e_d"])
-        for n in ("c_compiled", "e_c_compiled", "c@unfused", "c@twoshot"):
+        self.assertEqual(p.timed_variants, ["a", "b", "c", "d0", "d", "e_a", "e_c", "e_d0", "e_d",
+                                            "c@unfused"])
+        self.assertIn("c@unfused", p.gate_variants)
+        for n in ("c_compiled", "e_c_compiled", "c@oneshot_lamport", "c@twoshot"):
             self.assertIn(n, p.gate_variants)
             self.assertNotIn(n, p.timed_variants)
         self.assertEqual(p.max_tokens, 8192)
@@ -206,6 +210,10 @@ class TestConfig(unittest.TestCase):
         o = config.parse_args(["--variants", "a,b", "--gate-algorithms", "unfused"])
         p = config.plan_tp(o, 2, num_gpus=2)
         self.assertNotIn("c@unfused", p.gate_variants)
+        o = config.parse_args(["--variants", "c,c@unfused", "--gate-algorithms", "unfused,twoshot"])
+        p = config.plan_tp(o, 2, num_gpus=2)
+        self.assertEqual(p.gate_variants, ["c", "c@unfused", "c@twoshot"])
+        self.assertEqual(p.timed_variants, ["c", "c@unfused"])
 
     def test_options_round_trip(self):
         o = config.parse_args(["--quick", "--tp", "2,4"])
@@ -281,7 +289,8 @@ class TestReport(unittest.TestCase):
         rows = [report.timing_row("a", "decode", 1, [[200.0]]),
                 report.timing_row("c", "decode", 1, [[120.0]]),
                 report.timing_row("c", "decode", 8, [[130.0]]),   # no (a) at 8: no delta
-                report.timing_row("b", "decode", 1, [[150.0]])]
+                report.timing_row("b", "decode", 1, [[150.0]]),
+                report.timing_row("c@unfused", "prefill", 64, [[150.0]])]   # no (c) prefill
         d = report.compute_deltas(rows, layers=80)
         pairs = {(x["variant"], x["baseline"], x["size"]): x for x in d}
         self.assertEqual(set(pairs), {("b", "a", 1), ("c", "a", 1), ("c", "b", 1)})
