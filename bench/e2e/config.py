@@ -61,6 +61,7 @@ class Variant:
     algorithm: str     # arfusion algorithm of the fused ops ("auto" unless forced)
     timed: bool        # timed by default (others are correctness references only)
     description: str
+    inplace: bool = True  # "fused": the in-place op at the layer sites (else the _out op)
 
     @property
     def needs_nccl_everywhere(self) -> bool:
@@ -70,8 +71,8 @@ class Variant:
 
 
 def _v(name, ar, compiled=False, fusion_pass=False, fp8=False, algorithm="auto", timed=True,
-       description=""):
-    return Variant(name, ar, compiled, fusion_pass, fp8, algorithm, timed, description)
+       description="", inplace=True):
+    return Variant(name, ar, compiled, fusion_pass, fp8, algorithm, timed, description, inplace)
 
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
@@ -81,8 +82,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
        "LlamaRMSNorm"),
     _v("c", "fused", description="arfusion fused op in the model code (in place, the engines' "
        "fused_add_rms_norm convention; norm_rounding=before_weight)"),
-    _v("c_compiled", "fused", compiled=True, timed=False,
-       description="(c) under torch.compile (no pass needed): the reference for (d) bitwise"),
+    _v("c_compiled", "fused", compiled=True, timed=False, inplace=False,
+       description="(c) under torch.compile, calling fused_add_rms_norm_out (the op the pass "
+       "emits; the same bits as the in-place op): the reference for (d) bitwise"),
     _v("d0", "c10d", compiled=True, description="model (a) under torch.compile without the pass "
        "(the compiled baseline of (d))"),
     _v("d", "c10d", compiled=True, fusion_pass=True,

@@ -53,6 +53,7 @@ class Static:
     vocab_local: int
     eps: float
     ar: str            # "c10d" | "gloo_copy" | "arf_ar" | "fused"
+    inplace: bool      # "fused": fused_add_rms_norm in place at the layer sites, else _out
     comm: str          # arfusion communicator name (the ops' registry string)
     algorithm: str
     fp8: str | None    # None | "per_group" | "per_token"
@@ -212,9 +213,9 @@ def ar_add_norm(x, residual, w, S: Static, quant: bool):
                 x, residual, w, None, S.eps, S.comm, "fp8_per_token", "row_major", "fp32",
                 False, False, "before_weight", S.algorithm, 0)
             return q, s, r
-        if residual is None:   # first site (embedding): residual_out = the all-reduce
+        if residual is None or not S.inplace:   # first site: residual_out = the all-reduce
             y, r = torch.ops.arfusion.fused_add_rms_norm_out(
-                x, None, w, S.eps, S.comm, False, "before_weight", S.algorithm)
+                x, residual, w, S.eps, S.comm, False, "before_weight", S.algorithm)
             return y, None, r
         torch.ops.arfusion.fused_add_rms_norm(x, residual, w, S.eps, S.comm, False,
                                               "before_weight", S.algorithm)
@@ -317,12 +318,12 @@ def embed_step(ids, emb_w, first_w, *, S: Static):
     return ar_add_norm(embed_partial(ids, emb_w, S), None, first_w, S, quant=S.fp8 is not None)
 
 
-def make_static(dims, tp, rank, *, comm_name, ar, algorithm, fp8, phase) -> Static:
+def make_static(dims, tp, rank, *, comm_name, ar, algorithm, fp8, phase, inplace=True) -> Static:
     return Static(hidden=dims.hidden, nq=dims.heads // tp, nkv=dims.kv_heads // tp,
                   head_dim=dims.head_dim, group=dims.heads // dims.kv_heads,
                   ffn_local=dims.ffn // tp, vocab_start=rank * (dims.vocab // tp),
-                  vocab_local=dims.vocab // tp, eps=dims.eps, ar=ar, comm=comm_name,
-                  algorithm=algorithm, fp8=fp8, phase=phase)
+                  vocab_local=dims.vocab // tp, eps=dims.eps, ar=ar, inplace=inplace,
+                  comm=comm_name, algorithm=algorithm, fp8=fp8, phase=phase)
 
 
 def _bind_embed(S):
@@ -351,7 +352,7 @@ class Runner:
                  fp8_mode, layers):
         self.S = make_static(dims, tp, rank, comm_name=comm_name, ar=ar_mode,
                              algorithm=variant.algorithm, fp8=fp8_mode if variant.fp8 else None,
-                             phase=phase)
+                             phase=phase, inplace=variant.inplace)
         self.W = weights
         self.layers = layers
         fp8 = self.S.fp8 is not None
