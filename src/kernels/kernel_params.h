@@ -13,7 +13,8 @@ inline constexpr int kMaxRanks = 8;
 // flag words per CTA index.
 inline constexpr int kMaxCtas = 512;
 // Grid ceiling of kernels without peer waits or per-CTA state (world-1 epilogue, the second kernel
-// of a split call): one CTA per row, under CUDA's 2^31-1 limit on gridDim.x.
+// of a split call), under CUDA's 2^31-1 limit on gridDim.x; they run one wave of persistent CTAs
+// (policy.h, protocol_free_grid_cap), far below it.
 inline constexpr int kMaxProtocolFreeGrid = 1 << 30;
 // Threads per CTA never exceed this; kernels are built with __launch_bounds__(kMaxBlockThreads,
 // kMinCtasPerSm), which is what lets the planner compute co-residency without asking the runtime.

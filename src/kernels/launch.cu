@@ -38,10 +38,12 @@ inline constexpr bool kAllKernels = false;
 inline constexpr bool kAllKernels = true;
 #endif
 
-// The second kernel of a split call waits for nobody and keeps no per-CTA state, so it gets one CTA
-// per row whatever the first kernel's co-residency cap (rows are independent: same bits).
-int epilogue_grid(const KernelParams& params) {
-  return static_cast<int>(std::clamp<int64_t>(params.num_rows, 1, kMaxProtocolFreeGrid));
+// The second kernel of a split call waits for nobody and keeps no per-CTA state: a streaming
+// kernel with the plan's epilogue grid (policy.h, protocol_free_grid_cap), whatever the first
+// kernel's co-residency cap (rows are independent: same bits for any grid).
+int epilogue_grid(const Plan& plan, const KernelParams& params) {
+  const int64_t rows = std::max<int64_t>(params.num_rows, 1);
+  return static_cast<int>(std::clamp<int64_t>(plan.epilogue_grid, 1, std::min<int64_t>(rows, kMaxProtocolFreeGrid)));
 }
 
 template <typename T, PatternGroup kGroup>
@@ -99,7 +101,7 @@ Status launch_unfused(const Plan& plan, Pattern pattern, const KernelParams& par
   if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
   KernelParams epilogue = params;
   epilogue.input = ar.allreduce_out;
-  return launch_epilogue_kernel<T>(epilogue_grid(epilogue), plan.block, pattern, epilogue, stream);
+  return launch_epilogue_kernel<T>(epilogue_grid(plan, epilogue), plan.block, pattern, epilogue, stream);
 }
 
 // Level 2: the fused all-reduce + residual + RMSNorm kernel writes the norm (into norm_out, or the
@@ -115,7 +117,7 @@ Status launch_level2(const Plan& plan, Pattern pattern, const KernelParams& para
   KernelParams quant = params;
   quant.input = norm.norm_out;
   if constexpr (!kAllKernels) return unsupported("this diagnostic build has no quantized kernels");
-  return launch_local_epilogue<T, PatternGroup::kQuantOnly>(epilogue_grid(quant), plan.block, pattern, quant,
+  return launch_local_epilogue<T, PatternGroup::kQuantOnly>(epilogue_grid(plan, quant), plan.block, pattern, quant,
                                                             stream);
 }
 
@@ -208,13 +210,13 @@ Status launch_epilogue(const Plan& plan, Pattern pattern, DType dtype, const Ker
   if (pattern == Pattern::kAllReduce) return internal_error("allreduce has no epilogue");
   switch (dtype) {
     case DType::kBf16:
-      return launch_epilogue_kernel<__nv_bfloat16>(epilogue_grid(params), plan.block, pattern,
+      return launch_epilogue_kernel<__nv_bfloat16>(epilogue_grid(plan, params), plan.block, pattern,
                                                    params, stream);
 #if defined(ARF_DIAGNOSTIC_KERNEL_SUBSET)
     case DType::kFp16: return unsupported("this diagnostic build has bf16 kernels only");
 #else
     case DType::kFp16:
-      return launch_epilogue_kernel<__half>(epilogue_grid(params), plan.block, pattern, params,
+      return launch_epilogue_kernel<__half>(epilogue_grid(plan, params), plan.block, pattern, params,
                                             stream);
 #endif
     default: return unsupported("activation dtype must be bf16 or fp16");

@@ -44,8 +44,8 @@ Status with_quantizer(Pattern pattern, F&& f) {
   }
 }
 
-// kHold: the kernel never waits for peers, so its epilogue holds gamma in registers
-// (ResidualRmsNormEpilogue, kHoldGamma).
+// kHold: the kernel never waits for peers (a streaming kernel: streaming_epilogue.cuh), so its
+// epilogue is the streaming variant (ResidualRmsNormEpilogue, kStreaming: gamma in registers).
 template <typename T, int kVecs, PatternGroup kGroup, bool kHold, typename F>
 Status with_pattern(Pattern pattern, F&& f) {
   if constexpr (kGroup == PatternGroup::kPlain) {
@@ -80,7 +80,8 @@ Status with_epilogue(Pattern pattern, int vecs, F&& f) {
   }
 }
 
-// Only world-1 fused kernels and local epilogue kernels never wait for a peer.
+// Only world-1 fused kernels and local epilogue kernels never wait for a peer: both are streaming
+// kernels (oneshot_lamport_kernel<T, 1, E> and local_epilogue_kernel run stream_rows).
 template <int kWorld>
 inline constexpr bool kHoldGammaAtWorld = kWorld == 1;
 inline constexpr bool kHoldGammaLocal = true;

@@ -1,13 +1,15 @@
 // oneshot_lamport: every rank pushes its input rows into slot[rank] of every peer's current Lamport
 // buffer, then polls its OWN buffer until no -0.0 sentinel remains, reduces in rank order 0..N-1 and
 // runs the epilogue. No barrier: the protocol (three rotating buffers, lazy clear) is in protocol.cuh.
-// At world 1 this is the plain epilogue kernel (no push, no poll, no protocol state).
+// At world 1 this is the streaming epilogue kernel (no push, no poll, no protocol state:
+// streaming_epilogue.cuh).
 #pragma once
 
 #include "kernels/debug_stall.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/protocol.cuh"
 #include "kernels/row_epilogue.cuh"
+#include "kernels/streaming_epilogue.cuh"
 
 namespace arf {
 
@@ -84,41 +86,38 @@ __device__ __forceinline__ uint4 lamport_reduce_vec(const KernelParams& p, const
 template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lamport_kernel(const KernelParams p) {
   pdl_wait();
-  protocol::LamportState s{};
-  uint32_t call = 0;
-  if constexpr (kWorld > 1) {
+  if constexpr (kWorld == 1) {
+    // Nothing to exchange: the epilogue over the (canonicalised) input, as a streaming kernel.
+    stream_rows<Epilogue, true>(p);
+  } else {
     if (protocol::aborted(p)) return;
-    call = static_cast<uint32_t>(protocol::call_entry(p));
-    s = protocol::load_lamport_state(p);
+    const uint32_t call = static_cast<uint32_t>(protocol::call_entry(p));
+    const protocol::LamportState s = protocol::load_lamport_state(p);
     debug::stall_lamport(p, debug::StallPoint::kBeforePublish);
     protocol::lamport_publish_header<kWorld>(p, s.buffer, call);
     lamport_push_rows<T, kWorld, Epilogue::kVecs>(p, s);  // first, so peers can start reducing
     lamport_clear_previous<kWorld>(p, s);
     debug::stall_lamport(p, debug::StallPoint::kBeforeRead);
-  }
-  for_each_owned_row<Epilogue>(p, [&](const RowSlice& rs, int k) {
-    if constexpr (kWorld > 1) return lamport_reduce_vec<T, kWorld>(p, s, rs.elem(k));
-    return canonicalize(ld_v4(elem_ptr(p.input, rs.elem(k))));
-  });
-  debug::stall_lamport(p, debug::StallPoint::kBeforeArrive);
-  if constexpr (kWorld > 1) {
+    for_each_owned_row<Epilogue>(p, [&](const RowSlice& rs, int k) {
+      return lamport_reduce_vec<T, kWorld>(p, s, rs.elem(k));
+    });
+    debug::stall_lamport(p, debug::StallPoint::kBeforeArrive);
     // A failed check or wait leaves the index and the rotation alone: the communicator has failed.
-    // The decision is the whole CTA's (call_exit synchronizes the CTA).
-    const bool headers_ok = protocol::lamport_check_headers<kWorld>(p, s.buffer, call);
-    if (__syncthreads_and(headers_ok && !protocol::aborted(p)) == 0) return;
+    if (!protocol::lamport_check_headers<kWorld>(p, s.buffer, call) || protocol::aborted(p)) return;
     protocol::call_exit(p, &s);
   }
   pdl_launch_dependents();
 }
 
 // The second kernel of the unfused path and of fallback levels 2 and 3: the epilogue over `input`
-// (no protocol, any grid). Same RowSlice and block size as the fused kernels -> bitwise the same
-// rows. `input` is read raw: it is already an all-reduced (canonical) sum, or, for level 2's
-// quantize-only epilogue, the norm, whose -0.0 must keep its sign as in the one-kernel level.
+// (no protocol, any grid), as a streaming kernel. Same RowSlice and block size as the fused
+// kernels -> bitwise the same rows. `input` is read raw: it is already an all-reduced (canonical)
+// sum, or, for level 2's quantize-only epilogue, the norm, whose -0.0 must keep its sign as in the
+// one-kernel level.
 template <typename T, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) local_epilogue_kernel(const KernelParams p) {
   pdl_wait();
-  for_each_owned_row<Epilogue>(p, [&](const RowSlice& rs, int k) { return ld_v4(elem_ptr(p.input, rs.elem(k))); });
+  stream_rows<Epilogue, false>(p);
   pdl_launch_dependents();
 }
 

@@ -112,20 +112,22 @@ __device__ __forceinline__ void store_fp8_row(const KernelParams& p, const RowSl
 
 struct Fp8PerTensorQuant {
   __device__ static void write_scale_padding(const KernelParams&) {}
-  template <typename T, int kVecs>
-  __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v) {
+  template <typename T, int kVecs, typename Reducer>
+  __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v,
+                                  Reducer& red) {
     store_fp8_row<T, kVecs>(p, s, v, *p.scale_in);
   }
 };
 
 struct Fp8PerTokenQuant {
   __device__ static void write_scale_padding(const KernelParams&) {}
-  template <typename T, int kVecs>
-  __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v) {
+  template <typename T, int kVecs, typename Reducer>
+  __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v,
+                                  Reducer& red) {
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) amax = fmaxf(amax, vec_amax<T, kVecs>(s, v, k));
-    const float scale = quant::fp8_dynamic_scale(block_reduce<MaxOp>(amax));
+    const float scale = quant::fp8_dynamic_scale(red.template reduce<MaxOp>(amax));
     if (threadIdx.x == 0) static_cast<float*>(p.scale_out)[s.row] = scale;
     store_fp8_row<T, kVecs>(p, s, v, scale);
   }
@@ -141,8 +143,9 @@ struct Fp8PerGroupQuant {
   __device__ static void write_scale_padding(const KernelParams& p) {
     zero_scale_padding(p, storage(p), p.row_elems / quant::kFp8GroupElems);
   }
-  template <typename T, int kVecs>
-  __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v) {
+  template <typename T, int kVecs, typename Reducer>
+  __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v,
+                                  Reducer& red) {
     const int64_t cols = p.row_elems / quant::kFp8GroupElems;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
@@ -173,8 +176,9 @@ struct Fp4Quant {
   __device__ static void write_scale_padding(const KernelParams& p) {
     zero_scale_padding(p, quant::ScaleStorage::kByte, p.row_elems / kBlockElems);
   }
-  template <typename T, int kVecs>
-  __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v) {
+  template <typename T, int kVecs, typename Reducer>
+  __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v,
+                                  Reducer& red) {
     const int64_t cols = p.row_elems / kBlockElems;
     const float global_scale = kNvfp4 ? *p.scale_in : 0.0f;
 #pragma unroll
@@ -210,38 +214,46 @@ using Mxfp4Quant = Fp4Quant<false>;
 
 // Level 1 (and the second kernel of level 3): residual + RMSNorm + quantization; norm_out, when the
 // caller passes one, is the dtype side output.
-template <typename T, int kVecsPerThread, typename Quant, bool kHoldGamma = false>
+template <typename T, int kVecsPerThread, typename Quant, bool kStreaming = false>
 struct ResidualRmsNormQuantEpilogue {
-  using Norm = ResidualRmsNormEpilogue<T, kVecsPerThread, kHoldGamma>;
+  using Norm = ResidualRmsNormEpilogue<T, kVecsPerThread, kStreaming>;
   static constexpr int kVecs = kVecsPerThread;
+  using Cta = typename Norm::Cta;
   using Prefetch = typename Norm::Prefetch;
-  __device__ static Prefetch prefetch(const KernelParams& p, const RowSlice& s) { return Norm::prefetch(p, s); }
+  __device__ static Cta cta_state(const KernelParams& p) { return Norm::cta_state(p); }
+  __device__ static Prefetch prefetch(const KernelParams& p, const RowSlice& s, const Cta& cta) {
+    return Norm::prefetch(p, s, cta);
+  }
   __device__ static void write_scale_padding(const KernelParams& p) { Quant::write_scale_padding(p); }
+  template <typename Reducer>
   __device__ static void apply(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
-                               const Prefetch& pre) {
+                               const Prefetch& pre, const Cta& cta, Reducer& red) {
     uint4 normed[kVecs];
-    Norm::normalize(p, s, ar, pre, normed);
+    Norm::normalize(p, s, ar, pre, cta, red, normed);
     if (p.norm_out != nullptr) {
 #pragma unroll
       for (int k = 0; k < kVecs; ++k) {
         if (s.owns(k)) st_v4(elem_ptr(p.norm_out, s.elem(k)), normed[k]);
       }
     }
-    Quant::template quantize<T, kVecs>(p, s, normed);
+    Quant::template quantize<T, kVecs>(p, s, normed, red);
   }
 };
 
 // Level 2's second kernel: quantizes rows that already hold the rounded norm (read as `ar`, raw:
 // the local epilogue kernel does not canonicalise, so -0.0 keeps its sign as in level 1).
-template <typename T, int kVecsPerThread, typename Quant, bool kHoldGamma = false>  // (no gamma)
+template <typename T, int kVecsPerThread, typename Quant, bool kStreaming = false>  // (no gamma)
 struct QuantOnlyEpilogue {
   static constexpr int kVecs = kVecsPerThread;
+  struct Cta {};
   struct Prefetch {};
-  __device__ static Prefetch prefetch(const KernelParams&, const RowSlice&) { return {}; }
+  __device__ static Cta cta_state(const KernelParams&) { return {}; }
+  __device__ static Prefetch prefetch(const KernelParams&, const RowSlice&, const Cta&) { return {}; }
   __device__ static void write_scale_padding(const KernelParams& p) { Quant::write_scale_padding(p); }
+  template <typename Reducer>
   __device__ static void apply(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
-                               const Prefetch&) {
-    Quant::template quantize<T, kVecs>(p, s, ar);
+                               const Prefetch&, const Cta&, Reducer& red) {
+    Quant::template quantize<T, kVecs>(p, s, ar, red);
   }
 };
 

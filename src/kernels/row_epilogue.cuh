@@ -73,6 +73,47 @@ __device__ __forceinline__ float block_reduce(float v) {
 }
 __device__ __forceinline__ float block_sum(float v) { return block_reduce<SumOp>(v); }
 
+// The block reduction of the kernels that wait for peers: block_reduce, two barriers each.
+struct BlockReducer {
+  template <typename Op>
+  __device__ float reduce(float v) { return block_reduce<Op>(v); }
+};
+
+// The same reduction (same butterfly, same warp order, so the same bits) with one barrier: the
+// partials of consecutive reductions alternate between two arrays. A warp writes reduction j+2's
+// partial only after passing reduction j+1's barrier, which every warp reaches only after reading
+// reduction j's partials, so no write meets a read of the same array. The warp partials are read as
+// float4s (4 loads instead of 16) and summed in the order block_reduce sums them. Every thread of
+// the CTA must call reduce() the same number of times (the streaming kernel's rows are uniform).
+__device__ __forceinline__ float* alternating_partials(int parity) {
+  __shared__ __align__(16) float partials[2][kMaxBlockThreads / 32];
+  return partials[parity];
+}
+struct AlternatingReducer {
+  int parity = 0;
+  template <typename Op>
+  __device__ float reduce(float v) {
+    float* buf = alternating_partials(parity);
+    parity ^= 1;
+    v = lanes_reduce<32, Op>(v);
+    if ((threadIdx.x & 31) == 0) buf[threadIdx.x >> 5] = v;
+    __syncthreads();
+    const int num_warps = static_cast<int>(blockDim.x) >> 5;
+    const float4* q = reinterpret_cast<const float4*>(buf);
+    float total = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxBlockThreads / 32 / 4; ++j) {
+      if (4 * j >= num_warps) break;
+      const float4 w = q[j];
+      total = j == 0 ? w.x : Op::apply(total, w.x);
+      if (4 * j + 1 < num_warps) total = Op::apply(total, w.y);
+      if (4 * j + 2 < num_warps) total = Op::apply(total, w.z);
+      if (4 * j + 3 < num_warps) total = Op::apply(total, w.w);
+    }
+    return total;
+  }
+};
+
 // Round the fp32 sums of one vector to the dtype: the standalone all-reduce's result. -0.0 is
 // canonicalised (an fp16 underflow can produce it) so every pushed or returned value is sentinel-free.
 template <typename T>
@@ -80,12 +121,35 @@ __device__ __forceinline__ uint4 round_sum(const float (&acc)[8]) {
   return canonicalize(pack<T>(acc));
 }
 
+// Loads of the streaming kernel (kernels without a protocol, streaming_epilogue.cuh): rows it
+// reads are read once, by the thread that later writes the same positions of the aliased outputs
+// (norm_out == input, residual_out == residual_in, allreduce_out == input are the only overlaps
+// validation admits), and nothing in the kernel writes an address before it is read: the
+// non-coherent path is legal, and the data need not stay in L1.
+__device__ __forceinline__ uint4 ld_stream_v4(const void* ptr) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr));
+  return v;
+}
+template <bool kStreaming>
+__device__ __forceinline__ uint4 ld_row_v4(const void* ptr) {
+  if constexpr (kStreaming) return ld_stream_v4(ptr);
+  return ld_v4(ptr);
+}
+
+// An epilogue type turns a row's all-reduced vectors into outputs: cta_state() once per CTA
+// (values every row shares: gamma, scale_in, scale addressing), prefetch() before the row's
+// all-reduced value is known (residual_in), apply() once it is (with the CTA's block reducer).
 template <typename E>
 concept RowEpilogue = requires(const KernelParams& p, const RowSlice& s,
-                               const uint4 (&ar)[E::kVecs], const typename E::Prefetch& pre) {
+                               const uint4 (&ar)[E::kVecs], const typename E::Prefetch& pre,
+                               const typename E::Cta& cta, BlockReducer& red) {
   { E::kVecs } -> std::convertible_to<int>;
-  { E::prefetch(p, s) } -> std::same_as<typename E::Prefetch>;
-  { E::apply(p, s, ar, pre) } -> std::same_as<void>;
+  { E::cta_state(p) } -> std::same_as<typename E::Cta>;
+  { E::prefetch(p, s, cta) } -> std::same_as<typename E::Prefetch>;
+  { E::apply(p, s, ar, pre, cta, red) } -> std::same_as<void>;
   { E::write_scale_padding(p) } -> std::same_as<void>;  // once per CTA, before the rows
 };
 
@@ -98,10 +162,13 @@ struct NoScalePadding {
 template <typename T, int kVecsPerThread>
 struct AllReduceEpilogue : NoScalePadding {
   static constexpr int kVecs = kVecsPerThread;
+  struct Cta {};
   struct Prefetch {};
-  __device__ static Prefetch prefetch(const KernelParams&, const RowSlice&) { return {}; }
+  __device__ static Cta cta_state(const KernelParams&) { return {}; }
+  __device__ static Prefetch prefetch(const KernelParams&, const RowSlice&, const Cta&) { return {}; }
+  template <typename Reducer>
   __device__ static void apply(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
-                               const Prefetch&) {
+                               const Prefetch&, const Cta&, Reducer&) {
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       if (s.owns(k)) st_v4(elem_ptr(p.allreduce_out, s.elem(k)), ar[k]);
@@ -128,42 +195,110 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
 }
 
+// ---- the RMSNorm arithmetic, one copy for every kernel (same operations in the same order) ------
+
+// residual_out's vector: round(ar + residual_in) element by element.
+template <typename T>
+__device__ __forceinline__ uint4 add_residual(const uint4& ar, const uint4& residual) {
+  float a[8], r[8];
+  unpack<T>(ar, a);
+  unpack<T>(residual, r);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) a[i] = __fadd_rn(a[i], r[i]);
+  return pack<T>(a);
+}
+
+// sum_sq + the squares of one vector's elements, in element order.
+template <typename T>
+__device__ __forceinline__ float add_squares(const uint4& res, float sum_sq) {
+  float y[8];
+  unpack<T>(res, y);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sum_sq = __fmaf_rn(y[i], y[i], sum_sq);
+  return sum_sq;
+}
+
+// rsqrt(mean_sq + eps) of a row whose squares sum to `total`. A zero sum (an all-zero row:
+// padding) is not divided: __fdiv_rn's slow path for a zero numerator costs every warp of the CTA
+// a long subroutine; 0 / n is +0 all the same.
+__device__ __forceinline__ float rms_scale(float total, int row_len, float eps) {
+  const bool zero_row = total == 0.0f;
+  const float mean_sq = zero_row ? 0.0f : __fdiv_rn(zero_row ? 1.0f : total, static_cast<float>(row_len));
+  return rsqrtf(mean_sq + eps);
+}
+
+// The rounded norm of one vector: round(res * scale * g), or with norm_rounding
+// round(round(res * scale) * g).
+template <typename T>
+__device__ __forceinline__ uint4 norm_vec(const uint4& res, const float (&g)[8], float scale,
+                                          int norm_rounding) {
+  float y[8];
+  unpack<T>(res, y);
+  if (norm_rounding != 0) {
+    // arfNormRoundBeforeWeight: the activation-dtype intermediate of vLLM's/SGLang's kernels.
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      y[i] = __fmul_rn(DTypeOps<T>::to_float(DTypeOps<T>::from_float(__fmul_rn(y[i], scale))), g[i]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], scale), g[i]);
+  }
+  return pack<T>(y);
+}
+
 // residual_out = round(ar + residual_in) (= ar without residual_in); norm_out =
 // round(residual_out * rsqrt(mean_sq + eps) * g), or with norm_rounding round(round(y * s) * g).
 // prefetch() runs before the all-reduced value is waited for, so the memory latency of residual_in
 // and gamma overlaps the reduction instead of following it. residual_in goes into registers.
-// With kHoldGamma (kernels that never wait for peers: world 1 and the second kernel of a split
-// call), gamma in the activation dtype also goes into registers when a thread owns at most two
-// vectors (4 registers a vector): at decode sizes the row's critical path is then one memory round
-// trip instead of two (inputs, then gamma). Otherwise gamma is only pulled into L2 and loaded while
-// the row's sum of squares is reduced: a kernel that waits for peers has time for the L2 prefetch
-// to land, and its registers go to the peers' values (the 64-register budget of a 512-thread CTA);
+// kStreaming: the epilogue of the streaming kernel (world 1 and the second kernel of a split call,
+// which never wait for peers): residual_in is read on the non-coherent path, and gamma in the
+// activation dtype is held in registers for the CTA's whole life when a thread owns at most two
+// vectors (4 registers a vector). Otherwise gamma is only pulled into L2 and loaded while the
+// row's sum of squares is reduced: a kernel that waits for peers has time for the L2 prefetch to
+// land, and its registers go to the peers' values (the 64-register budget of a 512-thread CTA);
 // four vectors, or fp32 gamma (8 registers a vector), cannot spare them either.
-template <typename T, int kVecsPerThread, bool kHoldGamma = false>
+template <typename T, int kVecsPerThread, bool kStreaming = false>
 struct ResidualRmsNormEpilogue : NoScalePadding {
   static constexpr int kVecs = kVecsPerThread;
-  static constexpr bool kGammaInRegisters = kHoldGamma && kVecs <= 2;
-  struct Prefetch {
-    uint4 residual[kVecs];
+  static constexpr bool kGammaInRegisters = kStreaming && kVecs == 1;
+  struct Cta {
     uint4 gamma[kGammaInRegisters ? kVecs : 1];  // raw activation-dtype gamma, if held
   };
+  struct Prefetch {
+    uint4 residual[kVecs];
+  };
 
-  __device__ static Prefetch prefetch(const KernelParams& p, const RowSlice& s) {
+  __device__ static Cta cta_state(const KernelParams& p) {
+    Cta c;
+    if constexpr (kGammaInRegisters) {
+      if (!p.gamma_fp32) {
+        const int row_vecs = p.row_elems / kElemsPerVec;
+#pragma unroll
+        for (int k = 0; k < kVecs; ++k) {
+          const int vec = static_cast<int>(threadIdx.x) + k * static_cast<int>(blockDim.x);
+          if (vec < row_vecs) c.gamma[k] = ld_stream_v4(elem_ptr(p.gamma, static_cast<int64_t>(vec) * kElemsPerVec));
+        }
+      }
+    }
+    return c;
+  }
+
+  __device__ static Prefetch prefetch(const KernelParams& p, const RowSlice& s, const Cta&) {
     Prefetch pre;
-    const bool hold_gamma = kGammaInRegisters && !p.gamma_fp32;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       if (!s.owns(k)) continue;
       // No residual (the first layer): residual_out is the all-reduce itself (normalize()).
-      if (p.residual_in != nullptr) pre.residual[k] = ld_v4(elem_ptr(p.residual_in, s.elem(k)));
-      const int64_t g = static_cast<int64_t>(s.vec(k)) * kElemsPerVec;
-      if (hold_gamma) {
-        if constexpr (kGammaInRegisters) pre.gamma[k] = ld_v4(elem_ptr(p.gamma, g));
-      } else if (p.gamma_fp32) {
-        prefetch_l2(static_cast<const float*>(p.gamma) + g);
-        prefetch_l2(static_cast<const float*>(p.gamma) + g + 4);
-      } else {
-        prefetch_l2(elem_ptr(p.gamma, g));
+      if (p.residual_in != nullptr) pre.residual[k] = ld_row_v4<kStreaming>(elem_ptr(p.residual_in, s.elem(k)));
+      if constexpr (!kStreaming) {  // (a streaming CTA finds gamma in L1 after its first row)
+        const int64_t g = static_cast<int64_t>(s.vec(k)) * kElemsPerVec;
+        if (p.gamma_fp32) {
+          prefetch_l2(static_cast<const float*>(p.gamma) + g);
+          prefetch_l2(static_cast<const float*>(p.gamma) + g + 4);
+        } else {
+          prefetch_l2(elem_ptr(p.gamma, g));
+        }
       }
     }
     return pre;
@@ -171,49 +306,34 @@ struct ResidualRmsNormEpilogue : NoScalePadding {
 
   // Writes residual_out and returns the dtype-rounded norm of each owned vector in `normed`.
   // Called by every thread of the CTA (it contains the row's block reduction).
+  template <typename Reducer>
   __device__ static void normalize(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
-                                   const Prefetch& pre, uint4 (&normed)[kVecs]) {
+                                   const Prefetch& pre, const Cta& cta, Reducer& red,
+                                   uint4 (&normed)[kVecs]) {
     uint4 res[kVecs];
     float sum_sq = 0.0f;
     const bool has_residual = p.residual_in != nullptr;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       if (!s.owns(k)) continue;
-      if (has_residual) {
-        float a[8], r[8];
-        unpack<T>(ar[k], a);
-        unpack<T>(pre.residual[k], r);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) a[i] = __fadd_rn(a[i], r[i]);
-        res[k] = pack<T>(a);
-      } else {
-        res[k] = ar[k];  // bitwise the all-reduce: no add, so no NaN payload or -0.0 rewriting
-      }
+      // Without a residual: bitwise the all-reduce (no add, so no NaN payload or -0.0 rewriting).
+      res[k] = has_residual ? add_residual<T>(ar[k], pre.residual[k]) : ar[k];
       st_v4(elem_ptr(p.residual_out, s.elem(k)), res[k]);
-      float y[8];
-      unpack<T>(res[k], y);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) sum_sq = __fmaf_rn(y[i], y[i], sum_sq);
+      sum_sq = add_squares<T>(res[k], sum_sq);
     }
-    // 16-bit gamma is read (from prefetch()'s registers, or from L2) while the block reduces, and
+    // 16-bit gamma is read (from the CTA's registers, or from L2) while the block reduces, and
     // kept packed (4 registers a vector, not 8 floats); fp32 gamma is read from L2 afterwards.
     uint4 gamma_raw[kVecs];
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       if (!s.owns(k) || p.gamma_fp32) continue;
       if constexpr (kGammaInRegisters) {
-        gamma_raw[k] = pre.gamma[k];
+        gamma_raw[k] = cta.gamma[k];
       } else {
         gamma_raw[k] = ld_v4(elem_ptr(p.gamma, static_cast<int64_t>(s.vec(k)) * kElemsPerVec));
       }
     }
-    const float total = block_sum(sum_sq);
-    // A zero sum (an all-zero row: padding) is not divided: __fdiv_rn's slow path for a zero
-    // numerator costs every warp of the CTA a long subroutine; 0 / n is +0 all the same.
-    const bool zero_row = total == 0.0f;
-    const float mean_sq =
-        zero_row ? 0.0f : __fdiv_rn(zero_row ? 1.0f : total, static_cast<float>(s.row_len));
-    const float scale = rsqrtf(mean_sq + p.eps);
+    const float scale = rms_scale(red.template reduce<SumOp>(sum_sq), s.row_len, p.eps);
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       if (!s.owns(k)) continue;
@@ -225,26 +345,15 @@ struct ResidualRmsNormEpilogue : NoScalePadding {
 #pragma unroll
         for (int i = 0; i < 8; ++i) g[i] += p.gamma_offset;
       }
-      float y[8];
-      unpack<T>(res[k], y);
-      if (p.norm_rounding != 0) {
-        // arfNormRoundBeforeWeight: the activation-dtype intermediate of vLLM's/SGLang's kernels.
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          y[i] = __fmul_rn(DTypeOps<T>::to_float(DTypeOps<T>::from_float(__fmul_rn(y[i], scale))), g[i]);
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], scale), g[i]);
-      }
-      normed[k] = pack<T>(y);
+      normed[k] = norm_vec<T>(res[k], g, scale, p.norm_rounding);
     }
   }
 
+  template <typename Reducer>
   __device__ static void apply(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
-                               const Prefetch& pre) {
+                               const Prefetch& pre, const Cta& cta, Reducer& red) {
     uint4 normed[kVecs];
-    normalize(p, s, ar, pre, normed);
+    normalize(p, s, ar, pre, cta, red, normed);
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       if (s.owns(k)) st_v4(elem_ptr(p.norm_out, s.elem(k)), normed[k]);
@@ -252,21 +361,24 @@ struct ResidualRmsNormEpilogue : NoScalePadding {
   }
 };
 
-// The row loop every kernel ends with: for each row this CTA owns (b, b + G, ...), start the
-// epilogue's prefetch, obtain each owned vector's all-reduced value from value(row_slice, k) (which
-// may wait for peers), then apply the epilogue.
+// The row loop of the kernels that wait for peers: for each row this CTA owns (b, b + G, ...),
+// start the epilogue's prefetch, obtain each owned vector's all-reduced value from
+// value(row_slice, k) (which may wait for peers), then apply the epilogue. (Kernels without a
+// protocol run streaming_epilogue.cuh's loop instead.)
 template <typename Epilogue, typename ValueFn>
 __device__ __forceinline__ void for_each_owned_row(const KernelParams& p, ValueFn value) {
   Epilogue::write_scale_padding(p);
+  const typename Epilogue::Cta cta = Epilogue::cta_state(p);
+  BlockReducer red;
   for (int64_t row = blockIdx.x; row < p.num_rows; row += gridDim.x) {
     const RowSlice rs = row_slice(p, row);
-    const typename Epilogue::Prefetch pre = Epilogue::prefetch(p, rs);
+    const typename Epilogue::Prefetch pre = Epilogue::prefetch(p, rs, cta);
     uint4 ar[Epilogue::kVecs];
 #pragma unroll
     for (int k = 0; k < Epilogue::kVecs; ++k) {
       if (rs.owns(k)) ar[k] = value(rs, k);
     }
-    Epilogue::apply(p, rs, ar, pre);
+    Epilogue::apply(p, rs, ar, pre, cta, red);
   }
 }
 

@@ -45,6 +45,9 @@ struct Plan {
   int num_kernels = 1;
   int grid = 1;    // CTAs, identical on every rank
   int block = 32;  // threads per CTA
+  // CTAs of the second kernel of a two-kernel plan (unfused, nccl, level 2/3: a streaming kernel
+  // without a protocol, policy.h protocol_free_grid_cap); also set, unused, for one-kernel plans.
+  int epilogue_grid = 1;
   bool forced = false;
   // Quantized patterns: 1 = one kernel (all-reduce + norm + quant, algorithm fused); 2 = the fused
   // algorithm writes the norm, then a quant kernel; 3 = algorithm kUnfused: the inner all-reduce

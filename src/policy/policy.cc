@@ -171,9 +171,15 @@ int co_resident_grid_cap(const StaticFacts& facts) {
   return static_cast<int>(std::clamp<int64_t>(cap, 1, kMaxCtas));
 }
 
+int protocol_free_grid_cap(const StaticFacts& facts, int block) {
+  const int per_sm = std::min(32, kMinCtasPerSm * std::max(1, kMaxBlockThreads / std::max(block, 1)));
+  const int64_t cap = static_cast<int64_t>(per_sm) * std::max(1, facts.min_sm_count);
+  return static_cast<int>(std::clamp<int64_t>(cap, 1, kMaxProtocolFreeGrid));
+}
+
 int grid_cap(const Plan& plan, const StaticFacts& facts) {
   const bool protocol_free = facts.world == 1 && plan.inner_allreduce == Algorithm::kOneshotLamport;
-  return protocol_free ? kMaxProtocolFreeGrid : co_resident_grid_cap(facts);
+  return protocol_free ? protocol_free_grid_cap(facts, plan.block) : co_resident_grid_cap(facts);
 }
 
 bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const StaticFacts& facts,
@@ -393,8 +399,9 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
   if (is_quant_pattern(shape.pattern)) apply_quant_level(shape, tuned_level, &plan);
   // One CTA per row at most; every rank derives the same numbers from the same inputs.
   const int64_t rows = std::max<int64_t>(shape.num_rows, 1);
-  plan.grid = static_cast<int>(std::min<int64_t>(rows, grid_cap(plan, facts)));
   plan.block = block_threads_for_row(shape.row_elems);
+  plan.grid = static_cast<int>(std::min<int64_t>(rows, grid_cap(plan, facts)));
+  plan.epilogue_grid = static_cast<int>(std::min<int64_t>(rows, protocol_free_grid_cap(facts, plan.block)));
   return plan;
 }
 

@@ -14,11 +14,16 @@ namespace arf {
 // kMinCtasPerSm * min_sm_count / max_ranks_per_device, clamped to [1, kMaxCtas].
 int co_resident_grid_cap(const StaticFacts& facts);
 
+// Grid of the streaming kernels (kernels without a protocol: src/kernels/streaming_epilogue.cuh):
+// one wave of resident CTAs, each looping over rows b, b + G, ...: kMinCtasPerSm CTAs of
+// kMaxBlockThreads threads per SM (the __launch_bounds__ guarantee; a smaller block fits
+// proportionally more, up to the hardware's 32 per SM) times min_sm_count.
+int protocol_free_grid_cap(const StaticFacts& facts, int block);
+
 // The grid cap of a plan. Kernels that wait for peers or keep per-CTA protocol state (epochs and
 // flags indexed by CTA) are held to co_resident_grid_cap. At world 1 a Lamport plan (and an
-// unfused one whose inner all-reduce is Lamport) runs no protocol at all, so it gets one CTA per
-// row (kMaxProtocolFreeGrid at most): the hardware then overlaps one row's loads with another's
-// reduction, where a capped grid walks its rows one after the other.
+// unfused one whose inner all-reduce is Lamport) runs no protocol at all: its kernel is a
+// streaming kernel, capped at protocol_free_grid_cap (plan.block must be set).
 int grid_cap(const Plan& plan, const StaticFacts& facts);
 
 // Whether `algorithm` can run this shape on this communicator (capacity of its buffers, world size).

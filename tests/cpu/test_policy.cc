@@ -192,15 +192,27 @@ TEST(Grid, OneCtaPerRowUpToTheCap) {
   EXPECT_EQ(plan_ok(fused(0, 4096), facts_for(8, 1)).grid, 1);  // no-op calls still plan
 }
 
-// World 1 runs no protocol with Lamport (or unfused over Lamport): one CTA per row, uncapped.
-// Forced pull and twoshot keep their per-CTA barrier state, hence the cap, even at world 1.
-TEST(Grid, WorldOneLamportIsUncapped) {
+// World 1 runs no protocol with Lamport (or unfused over Lamport): a streaming kernel, one wave of
+// kMinCtasPerSm CTAs of 512 threads per SM (more of a smaller block). Forced pull and twoshot keep
+// their per-CTA barrier state, hence the co-residency cap, even at world 1.
+TEST(Grid, WorldOneLamportIsOneStreamingWave) {
   const StaticFacts f = facts_for(1, 1, 16384);
-  EXPECT_EQ(plan_ok(fused(16384, 4096), f).grid, 16384);
-  EXPECT_EQ(plan_ok(fused(16384, 4096, Algorithm::kUnfused), f).grid, 16384);
+  EXPECT_EQ(plan_ok(fused(16384, 4096), f).grid, 264);  // 512 threads, 2 per SM x 132
+  EXPECT_EQ(plan_ok(fused(100, 4096), f).grid, 100);    // one CTA per row below a wave
+  EXPECT_EQ(plan_ok(fused(16384, 4096, Algorithm::kUnfused), f).grid, 264);
+  EXPECT_EQ(plan_ok(fused(16384, 2048), f).grid, 528);  // 256 threads: 4 per SM
+  EXPECT_EQ(plan_ok(fused(16384, 256), f).grid, 32 * 132);  // 32 threads: the 32-CTA hardware limit
   EXPECT_EQ(plan_ok(fused(16384, 4096, Algorithm::kTwoshot), f).grid, co_resident_grid_cap(f));
   EXPECT_EQ(plan_ok(fused(16384, 4096, Algorithm::kOneshotPull), f).grid, co_resident_grid_cap(f));
   EXPECT_EQ(plan_ok(fused(3000, 4096), facts_for(2, 1, 16384)).grid, co_resident_grid_cap(facts_for(2, 1)));
+}
+
+// The second kernel of a split call is a streaming kernel too, at any world size.
+TEST(Grid, EpilogueGridIsOneStreamingWave) {
+  EXPECT_EQ(plan_ok(fused(4096, 8192, Algorithm::kUnfused), facts_for(8, 8, 4096)).epilogue_grid, 264);
+  EXPECT_EQ(plan_ok(fused(4096, 8192, Algorithm::kUnfused), facts_for(2, 1, 4096)).epilogue_grid, 264);
+  EXPECT_EQ(plan_ok(fused(7, 8192, Algorithm::kUnfused), facts_for(2, 1, 4096)).epilogue_grid, 7);
+  EXPECT_EQ(plan_ok(fused(0, 8192, Algorithm::kUnfused), facts_for(2, 1, 4096)).epilogue_grid, 1);
 }
 
 // Fuzz: random communicators and shapes. For each, the plan is computed as every rank would (from
@@ -254,6 +266,9 @@ TEST(Symmetry, RandomShapesDeterministicAndWithinLimits) {
     ASSERT_GE(p.grid, 1);
     ASSERT_LE(p.grid, grid_cap(p, f));
     ASSERT_EQ(p.grid, std::min<int64_t>(std::max<int64_t>(s.num_rows, 1), grid_cap(p, f)));
+    ASSERT_EQ(p.epilogue_grid, std::min<int64_t>(std::max<int64_t>(s.num_rows, 1),
+                                                 protocol_free_grid_cap(f, p.block)));
+    ASSERT_LE(p.epilogue_grid, 32 * f.min_sm_count);
     if (world > 1) ASSERT_LE(p.grid, co_resident_grid_cap(f));
     ASSERT_EQ(p.block, block_threads_for_row(s.row_elems));
     ASSERT_TRUE(algorithm_feasible(p.inner_allreduce, s, f, nullptr));

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Registers, stack frame and spills of every kernel of the library, from the real sm_90 ptxas
+# (-Xptxas -v), no GPU needed.
+#   scripts/ptxas_report.sh [-r REV] OUT.tsv      compile src/kernels/*.cu of the working tree (or of
+#                                                 commit REV, exported with git archive) -> one row
+#                                                 per kernel: name, regs, stack, spill st, spill ld
+#   scripts/ptxas_report.sh --compare A.tsv B.tsv markdown table of A (before) against B (after)
+# Kernel names are demangled and shortened: "lamport w1 bf16 quant<fp8_group> v2" is
+# oneshot_lamport_kernel<__nv_bfloat16, 1, ResidualRmsNormQuantEpilogue<.., 2, Fp8PerGroupQuant>>.
+# Flags are the build's device flags (CMakeLists.txt) with -cubin: ptxas sees what the build's does.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ ${1:-} == --compare ]]; then
+  exec python3 - "$2" "$3" <<'EOF'
+import sys
+def load(path):
+    rows = {}
+    for line in open(path):
+        name, *vals = line.rstrip("\n").split("\t")
+        rows[name] = [int(v) for v in vals]
+    return rows
+a, b = load(sys.argv[1]), load(sys.argv[2])
+def cell(old, new, i):
+    if old is None: return f"- / {new[i]}"
+    if new is None: return f"{old[i]} / -"
+    return f"{old[i]}" if old[i] == new[i] else f"**{old[i]} -> {new[i]}**"
+print("| kernel | regs | stack B | spill st B | spill ld B |")
+print("|---|---|---|---|---|")
+for name in sorted(set(a) | set(b)):
+    o, n = a.get(name), b.get(name)
+    print(f"| {name} | " + " | ".join(cell(o, n, i) for i in range(4)) + " |")
+def total(rows, i): return sum(v[i] for v in rows.values())
+def spilling(rows): return sum(1 for v in rows.values() if v[2] or v[3])
+print()
+print(f"kernels: {len(a)} -> {len(b)}; with spills: {spilling(a)} -> {spilling(b)}; "
+      f"spill stores summed: {total(a, 2)} -> {total(b, 2)} B; spill loads summed: "
+      f"{total(a, 3)} -> {total(b, 3)} B")
+EOF
+fi
+
+rev=
+if [[ ${1:-} == -r ]]; then rev=$2; shift 2; fi
+out=${1:?usage: scripts/ptxas_report.sh [-r REV] OUT.tsv | --compare A.tsv B.tsv}
+nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+root=$PWD
+if [[ -n $rev ]]; then
+  git archive "$rev" src include | tar -x -C "$tmp"
+  root=$tmp
+fi
+ls "$root"/src/kernels/*.cu | xargs -P "$(nproc)" -I{} sh -c \
+  '"$0" -I"$1/include" -I"$1/src" -O3 -DNDEBUG -arch=sm_90 -cubin --expt-relaxed-constexpr \
+     -std=c++20 -Xptxas -v -o /dev/null "$2" > "$3/$(basename "$2").log" 2>&1 ||
+   { cat "$3/$(basename "$2").log" >&2; exit 255; }' "$nvcc" "$root" {} "$tmp"
+cat "$tmp"/*.log > "$out.log"
+python3 -c '
+import re, subprocess, sys
+text = open(sys.argv[1]).read()
+# Entry function, then its "Function properties" line(s), then "Used N registers".
+entries = re.findall(r"Compiling entry function .(\w+). for .sm_90.\n"
+                     r"ptxas info\s+: Function properties for \w+\n"
+                     r"\s+(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads\n"
+                     r"ptxas info\s+: Used (\d+) registers", text)
+names = subprocess.run(["c++filt"], input="\n".join(e[0] for e in entries), capture_output=True,
+                       text=True, check=True).stdout.split("\n")
+def compact(n):
+    n = n.replace("arf::", "").replace("(KernelParams)", "").replace("__nv_bfloat16", "bf16")
+    n = n.removeprefix("void ").replace("(anonymous namespace)::", "")
+    n = n.replace("__half", "fp16")
+    quant = {"Fp8PerTensorQuant": "fp8_tensor", "Fp8PerTokenQuant": "fp8_token",
+             "Fp8PerGroupQuant": "fp8_group", "Fp4Quant<true>": "nvfp4", "Fp4Quant<false>": "mxfp4",
+             "Nvfp4Quant": "nvfp4", "Mxfp4Quant": "mxfp4"}
+    m = re.match(r"(\w+?)(?:_kernel)?<(bf16|fp16), (?:(\d+), )?(\w+)<(?:bf16|fp16), (\d+)(?:, (?!true|false)([\w<>]+))?(?:, (?:true|false))?>\s*>$", n)
+    if not m: return n.replace(" ", "")
+    kern, dt, world, epi, vecs, q = m.groups()
+    kern = {"oneshot_lamport": "lamport", "oneshot_pull": "pull", "local_epilogue": "local",
+            "streaming_epilogue": "streaming"}.get(kern, kern)
+    epi = {"AllReduceEpilogue": "allreduce", "ResidualRmsNormEpilogue": "norm",
+           "ResidualRmsNormQuantEpilogue": "quant", "QuantOnlyEpilogue": "quant_only"}.get(epi, epi)
+    if q: epi += "<" + quant.get(q, q) + ">"
+    return " ".join(x for x in [kern, "w" + world if world else None, dt, epi, "v" + vecs] if x)
+rows = sorted((compact(n), e[4], e[1], e[2], e[3]) for n, e in zip(names, entries))
+sys.stdout.write("".join("\t".join(r) + "\n" for r in rows))
+print(f"{len(rows)} kernels", file=sys.stderr)
+' "$out.log" > "$out"
