@@ -10,6 +10,8 @@
 // lanes; lanes that own no vector contribute 0 and store nothing.
 #pragma once
 
+#include <type_traits>
+
 #include "arfusion/arfusion.h"
 #include "kernels/quant_formats.h"
 #include "kernels/quant_layout.h"
@@ -72,39 +74,71 @@ __device__ __forceinline__ void zero_scale_padding(const KernelParams& p, quant:
 template <int kVecs>
 using RowValues = uint4[kVecs];
 
-// amax over this thread's 8 elements of vector k (0 when not owned), NaN ignored (quant_formats.h).
-template <typename T, int kVecs>
-__device__ __forceinline__ float vec_amax(const RowSlice& s, const RowValues<kVecs>& v, int k) {
-  float a = 0.0f;
-  if (s.owns(k)) {
-    float y[8];
-    unpack<T>(v[k], y);
+// amax over this thread's 8 elements of vector k (0 when not owned), NaN ignored (quant_formats.h
+// abs_max): a packed max of |x| on the 16-bit halves (max.bf16x2 / max.f16x2 return the other
+// operand for a NaN one, and the running maximum starts at +0, so it is never NaN), widened once.
+// Exact: widening is exact and monotonic, so the halves' maximum is the floats' maximum.
+template <typename T>
+__device__ __forceinline__ float packed_amax(const uint4& v) {
+  using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  uint32_t acc_bits = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) a = quant::abs_max(a, y[i]);
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t abs_bits = words[i] & 0x7FFF7FFFu;  // |x| of both halves (NaN stays NaN)
+    T2 acc, a;
+    memcpy(&acc, &acc_bits, 4);
+    memcpy(&a, &abs_bits, 4);
+    acc = __hmax2(acc, a);
+    memcpy(&acc_bits, &acc, 4);
   }
-  return a;
+  return fmaxf(DTypeOps<T>::to_float(static_cast<uint16_t>(acc_bits & 0xFFFFu)),
+               DTypeOps<T>::to_float(static_cast<uint16_t>(acc_bits >> 16)));
 }
 
-// e4m3 codes of vector k, each element divided by the divisor's scale (quant_formats.h).
-template <typename T>
-__device__ __forceinline__ void fp8_codes(const uint4& v, const quant::E4m3Divisor& d, uint8_t (&c)[8]) {
+template <typename T, int kVecs>
+__device__ __forceinline__ float vec_amax(const RowSlice& s, const RowValues<kVecs>& v, int k) {
+  return s.owns(k) ? packed_amax<T>(v[k]) : 0.0f;
+}
+
+// e4m3 codes of a vector, element i's code from quotient(x_i): pairs of quotients share one
+// conversion instruction (encode_e4m3x2_device), bytes in element order.
+template <typename T, typename Quotient>
+__device__ __forceinline__ uint2 fp8_vec(const uint4& v, Quotient quotient) {
   float y[8];
   unpack<T>(v, y);
+  uint32_t w[2];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) c[i] = quant::quantize_e4m3(y[i], d);
+  for (int i = 0; i < 2; ++i) {
+    const uint32_t lo = quant::encode_e4m3x2_device(quotient(y[4 * i]), quotient(y[4 * i + 1]));
+    const uint32_t hi = quant::encode_e4m3x2_device(quotient(y[4 * i + 2]), quotient(y[4 * i + 3]));
+    w[i] = lo | (hi << 16);
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+__device__ __forceinline__ void store_fp8x8(void* base, int64_t elem, const uint2& codes) {
+  *reinterpret_cast<uint2*>(static_cast<char*>(base) + elem) = codes;
+}
+
+// A caller's per-tensor scale (any float): IEEE division, with E4m3Divisor's shortcut.
+template <typename T>
+__device__ __forceinline__ uint2 fp8_vec(const uint4& v, const quant::E4m3Divisor& d) {
+  return fp8_vec<T>(v, [&](float x) { return quant::e4m3_quotient(x, d); });
+}
+// A dynamic scale: the reciprocal with Markstein's correction, no division (E4m3Reciprocal).
+template <typename T>
+__device__ __forceinline__ uint2 fp8_vec(const uint4& v, const quant::E4m3Reciprocal& r) {
+  return fp8_vec<T>(v, [&](float x) { return quant::e4m3_dynamic_quotient(x, r); });
 }
 
 // e4m3 codes of every owned vector with one scale for the whole row (per-tensor, per-token).
-template <typename T, int kVecs>
+template <typename T, int kVecs, typename Divisor>
 __device__ __forceinline__ void store_fp8_row(const KernelParams& p, const RowSlice& s,
-                                              const RowValues<kVecs>& v, float scale) {
-  const quant::E4m3Divisor d = quant::e4m3_divisor(scale);
+                                              const RowValues<kVecs>& v, const Divisor& d) {
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
-    if (!s.owns(k)) continue;
-    uint8_t c[8];
-    fp8_codes<T>(v[k], d, c);
-    store_fp8x8(p.quant_out, s.elem(k), c);
+    if (s.owns(k)) store_fp8x8(p.quant_out, s.elem(k), fp8_vec<T>(v[k], d));
   }
 }
 
@@ -115,7 +149,7 @@ struct Fp8PerTensorQuant {
   template <typename T, int kVecs, typename Reducer>
   __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v,
                                   Reducer& red) {
-    store_fp8_row<T, kVecs>(p, s, v, *p.scale_in);
+    store_fp8_row<T, kVecs>(p, s, v, quant::e4m3_divisor(*p.scale_in));
   }
 };
 
@@ -129,7 +163,7 @@ struct Fp8PerTokenQuant {
     for (int k = 0; k < kVecs; ++k) amax = fmaxf(amax, vec_amax<T, kVecs>(s, v, k));
     const float scale = quant::fp8_dynamic_scale(red.template reduce<MaxOp>(amax));
     if (threadIdx.x == 0) static_cast<float*>(p.scale_out)[s.row] = scale;
-    store_fp8_row<T, kVecs>(p, s, v, scale);
+    store_fp8_row<T, kVecs>(p, s, v, quant::e4m3_reciprocal(scale));
   }
 };
 
@@ -153,15 +187,18 @@ struct Fp8PerGroupQuant {
       if (!s.owns(k)) continue;
       float scale;
       uint8_t code = 0;
+      uint2 codes;
       if (p.scale_format == arfScaleFp32) {
         scale = quant::fp8_dynamic_scale(amax);
+        codes = fp8_vec<T>(v[k], quant::e4m3_reciprocal(scale));
       } else {
+        // A power of two: x * 2^-e is x / 2^e bit for bit (quant_formats.h ue8m0_reciprocal).
         code = quant::fp8_dynamic_scale_ue8m0(amax);
         scale = quant::decode_ue8m0(code);
+        const float mult = quant::ue8m0_reciprocal(code);
+        codes = fp8_vec<T>(v[k], [&](float x) { return quant::mul_rn(x, mult); });
       }
-      uint8_t c[8];
-      fp8_codes<T>(v[k], quant::e4m3_divisor(scale), c);
-      store_fp8x8(p.quant_out, s.elem(k), c);
+      store_fp8x8(p.quant_out, s.elem(k), codes);
       if (s.vec(k) % kGroupVecs == 0) store_scale(p, storage(p), s.row, s.vec(k) / kGroupVecs, cols, scale, code);
     }
   }

@@ -26,6 +26,7 @@
 //    cudaRoundPosInf).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -82,6 +83,24 @@ ARF_HD inline float mul_rn(float a, float b) {
   return __fmul_rn(a, b);
 #else
   return a * b;
+#endif
+}
+
+// Fused multiply-add, rounded once (IEEE fma): __fmaf_rn on the device, std::fmaf on the host.
+ARF_HD inline float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fmaf(a, b, c);
+#endif
+}
+
+// RN(1 / x), the IEEE reciprocal.
+ARF_HD inline float rcp_rn(float x) {
+#if defined(__CUDA_ARCH__)
+  return __frcp_rn(x);
+#else
+  return 1.0f / x;
 #endif
 }
 
@@ -144,6 +163,17 @@ ARF_HD inline uint8_t encode_e4m3_device(float x) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 #else
   return encode_e4m3(x);
+#endif
+}
+
+// Two elements at once: lo in bits 0-7, hi in bits 8-15. On sm_89+ the one conversion instruction
+// whose low half encode_e4m3_device uses (cvt.rn.satfinite.e4m3x2.f32 converts each half
+// independently), so each byte is encode_e4m3_device of its element.
+ARF_HD inline uint16_t encode_e4m3x2_device(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  return static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
+#else
+  return static_cast<uint16_t>(encode_e4m3(lo) | (encode_e4m3(hi) << 8));
 #endif
 }
 
@@ -259,6 +289,43 @@ ARF_HD inline uint8_t quantize_e4m3(float x, const E4m3Divisor& d) {
   const bool sign_only = bits_to_float(u & 0x7FFFFFFFu) < d.sign_only_below;  // false for NaN
   const float q = div_rn(sign_only ? 1.0f : x, d.scale);  // a select, not a branch: no divergence
   return sign_only ? static_cast<uint8_t>((u >> 24) & 0x80u) : encode_e4m3_device(q);
+}
+
+// The quotient quantize_e4m3(x, d) encodes, or a zero of x's sign where d's shortcut applies
+// (which encodes to the same signed zero code): the form in which two elements share one
+// conversion instruction (encode_e4m3x2_device).
+ARF_HD inline float e4m3_quotient(float x, const E4m3Divisor& d) {
+  const uint32_t u = float_to_bits(x);
+  const bool sign_only = bits_to_float(u & 0x7FFFFFFFu) < d.sign_only_below;  // false for NaN
+  const float q = div_rn(sign_only ? 1.0f : x, d.scale);
+  return sign_only ? bits_to_float(u & 0x80000000u) : q;
+}
+
+// x / scale for a DYNAMIC FP8 scale (fp8_dynamic_scale of a row's or group's amax, which the row's
+// or group's |x| never exceeds) without a division: the reciprocal r = RN(1 / scale) once per row
+// or group, then per element q0 = RN(x * r) and Markstein's correction
+// q1 = RN(q0 + RN(x - scale * q0) * r) (two FMAs, no branch), with x's sign put back on q1 (the
+// correction turns x = -0 into +0). tests/cpu/test_quant_formats.cc checks that
+// encode_e4m3(e4m3_dynamic_quotient(x, ...)) == quantize_e4m3(x, scale) for every bf16 and fp16
+// x and every dynamic scale of an amax >= |x| (NaN x included): the quotients themselves are
+// equal wherever they are not far below e4m3's smallest subnormal. An infinite scale (an
+// infinite amax) has r = 0 and the remainder's -scale replaced by -0 (inf * 0 would be NaN):
+// q1 is then x * 0, the signed zero x / inf gives, and NaN for infinite x, as inf / inf.
+// Not for per-tensor scales (any float from the caller): no such check covers them.
+struct E4m3Reciprocal {
+  float recip;      // RN(1 / scale), 0 for an infinite scale
+  float neg_scale;  // -scale, -0 for an infinite scale
+};
+
+ARF_HD inline E4m3Reciprocal e4m3_reciprocal(float scale) {
+  const bool finite = scale <= 0x1.fffffep127f;
+  return {rcp_rn(scale), finite ? -scale : -0.0f};
+}
+
+ARF_HD inline float e4m3_dynamic_quotient(float x, const E4m3Reciprocal& r) {
+  const float q0 = mul_rn(x, r.recip);
+  const float q1 = fma_rn(fma_rn(r.neg_scale, q0, x), r.recip, q0);
+  return bits_to_float(float_to_bits(q1) | (float_to_bits(x) & 0x80000000u));
 }
 
 // NVFP4 block of 16 (TRT-LLM/FlashInfer cvt_warp_fp16_to_fp4 recipe, with exact IEEE operations

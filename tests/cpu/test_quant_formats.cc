@@ -6,9 +6,13 @@
 #include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "kernels/quant_formats.h"
@@ -369,6 +373,112 @@ TEST(ScaleRules, E4m3DivisorGivesTheCodesOfTheDivision) {
   }
   EXPECT_EQ(mismatches, 0);
   EXPECT_GT(shortcuts, int64_t{1} << 20);  // the shortcut is taken, so the comparison means something
+}
+
+// The quotient form of the divisor (what the kernels pair into one conversion) encodes to
+// quantize_e4m3's code on the same domain as the divisor itself.
+TEST(ScaleRules, E4m3QuotientEncodesToTheDivisorsCode) {
+  const std::vector<float> xs = every_16_bit_value();
+  std::vector<float> scales;
+  for (size_t i = 0; i < xs.size(); i += 61) scales.push_back(fp8_dynamic_scale(std::fabs(xs[i])));
+  for (const float s : {kMinFp8Scale, 1.0f, 448.0f, 0.0123f, 3.0e5f, 0x1p-126f, down(0x1p-126f),
+                        0x1p-149f, std::numeric_limits<float>::max(), 0.0f, -0.0f, -1.0f, kInf,
+                        kNan}) {
+    scales.push_back(s);
+  }
+  uint64_t state = 11;
+  for (int i = 0; i < 64; ++i) scales.push_back(bits_to_float(static_cast<uint32_t>(splitmix64(&state))));
+  int64_t mismatches = 0;
+  for (const float s : scales) {
+    const E4m3Divisor d = e4m3_divisor(s);
+    for (const float x : xs) {
+      if (encode_e4m3(e4m3_quotient(x, d)) != quantize_e4m3(x, d) && ++mismatches < 5) {
+        ADD_FAILURE() << "x " << x << " scale " << s;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// The paired encoder's host form is two encode_e4m3 calls, low byte first (the device form, the
+// instruction both halves of which encode_e4m3_device's exhaustive GPU check covers through its
+// low half, is checked on the GPU).
+TEST(E4m3, PairedEncodingIsTwoEncodings) {
+  const std::vector<float> xs = every_16_bit_value();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float other = xs[(i * 7919) % xs.size()];
+    ASSERT_EQ(encode_e4m3x2_device(xs[i], other), encode_e4m3(xs[i]) | (encode_e4m3(other) << 8));
+  }
+  EXPECT_EQ(encode_e4m3x2_device(-0.0f, 448.0f), 0x7E80);
+}
+
+// Per-row reciprocal + Markstein's correction (E4m3Reciprocal) instead of x / scale for the
+// dynamic scales: for each activation dtype, every amax (every non-NaN magnitude of the dtype,
+// +inf included) gives a scale, and every x of the dtype with |x| <= amax, or NaN, must get
+// quantize_e4m3(x, scale)'s code. Exhaustive: ~1.9e9 pairs. Only quotients far below e4m3's
+// smallest subnormal may differ (they round to the same signed zero), and the control without
+// the correction differs in codes.
+TEST(ScaleRules, E4m3ReciprocalGivesTheCodesOfTheDivision) {
+  int64_t pairs = 0, code_mismatches = 0, quotient_mismatches = 0, uncorrected_mismatches = 0;
+  for (const bool fp16 : {false, true}) {
+    std::vector<float> values, nans, magnitudes;
+    for (uint32_t b = 0; b < (1u << 16); ++b) {
+      const float v = fp16 ? ref::fp16_to_float(static_cast<uint16_t>(b)) : ref::bf16_to_float(static_cast<uint16_t>(b));
+      (std::isnan(v) ? nans : values).push_back(v);
+      if (!std::isnan(v)) magnitudes.push_back(std::fabs(v));
+    }
+    std::sort(values.begin(), values.end(), [](float a, float b) { return std::fabs(a) < std::fabs(b); });
+    std::sort(magnitudes.begin(), magnitudes.end());
+    // Each distinct scale with the largest amax that gives it (smaller amaxes bound fewer x).
+    std::vector<std::pair<float, float>> scale_amax;
+    for (const float a : magnitudes) {
+      const float s = fp8_dynamic_scale(a);
+      if (!scale_amax.empty() && float_to_bits(scale_amax.back().first) == float_to_bits(s)) {
+        scale_amax.back().second = a;
+      } else {
+        scale_amax.push_back({s, a});
+      }
+    }
+    std::atomic<size_t> next{0};
+    std::atomic<int64_t> n{0}, bad_code{0}, bad_q{0}, bad_plain{0};
+    auto work = [&] {
+      int64_t my_n = 0, my_code = 0, my_q = 0, my_plain = 0;
+      for (size_t i; (i = next++) < scale_amax.size();) {
+        const auto [s, amax] = scale_amax[i];
+        const E4m3Reciprocal r = e4m3_reciprocal(s);
+        auto check = [&](float x) {
+          ++my_n;
+          const float q = e4m3_dynamic_quotient(x, r);
+          const float exact = div_rn(x, s);
+          if (float_to_bits(q) != float_to_bits(exact)) {
+            ++my_q;
+            my_code += encode_e4m3(q) != encode_e4m3(exact);
+          }
+          if (i % 8 == 0) my_plain += encode_e4m3(mul_rn(x, r.recip)) != encode_e4m3(exact);
+        };
+        for (const float x : values) {
+          if (std::fabs(x) > amax) break;
+          check(x);
+        }
+        for (const float x : nans) check(x);
+      }
+      n += my_n; bad_code += my_code; bad_q += my_q; bad_plain += my_plain;
+    };
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < std::max(2u, std::thread::hardware_concurrency()); ++t) threads.emplace_back(work);
+    for (std::thread& t : threads) t.join();
+    pairs += n; code_mismatches += bad_code; quotient_mismatches += bad_q; uncorrected_mismatches += bad_plain;
+  }
+  EXPECT_EQ(code_mismatches, 0);
+  EXPECT_GT(pairs, int64_t{1'800'000'000});
+  EXPECT_LT(quotient_mismatches, pairs / 1000);  // the tiny-quotient region only
+  EXPECT_GT(uncorrected_mismatches, 0);          // the correction is what makes it exact
+  // The infinite scale of an infinite amax: x / inf is a signed zero, inf / inf NaN.
+  const E4m3Reciprocal inf = e4m3_reciprocal(kInf);
+  EXPECT_EQ(encode_e4m3(e4m3_dynamic_quotient(-3.0f, inf)), 0x80);
+  EXPECT_EQ(encode_e4m3(e4m3_dynamic_quotient(3.0f, inf)), 0x00);
+  EXPECT_EQ(encode_e4m3(e4m3_dynamic_quotient(kInf, inf)), kE4m3Nan);
+  EXPECT_EQ(float_to_bits(e4m3_dynamic_quotient(-0.0f, e4m3_reciprocal(1.0f))), 0x80000000u);
 }
 
 TEST(ScaleRules, Nvfp4BlockScaleEqualsThePlainRule) {
