@@ -144,26 +144,53 @@ __device__ __forceinline__ void store_fp8_row(const KernelParams& p, const RowSl
 
 // ---- quantizers: quantize<T>(p, s, v) with v the rounded norm vectors of the thread --------------
 
+// Per-CTA state of a quantizer (cta_state, once before the rows): what every row shares. scale_in
+// is an input no output may overlap (validation), so it is read once, ahead of every store.
 struct Fp8PerTensorQuant {
+  struct Cta {
+    quant::E4m3Divisor divisor;
+  };
+  __device__ static Cta cta_state(const KernelParams& p) { return {quant::e4m3_divisor(*p.scale_in)}; }
   __device__ static void write_scale_padding(const KernelParams&) {}
   template <typename T, int kVecs, typename Reducer>
   __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v,
-                                  Reducer& red) {
-    store_fp8_row<T, kVecs>(p, s, v, quant::e4m3_divisor(*p.scale_in));
+                                  const Cta& cta, Reducer&) {
+    store_fp8_row<T, kVecs>(p, s, v, cta.divisor);
   }
 };
 
 struct Fp8PerTokenQuant {
+  struct Cta {};
+  __device__ static Cta cta_state(const KernelParams&) { return {}; }
   __device__ static void write_scale_padding(const KernelParams&) {}
   template <typename T, int kVecs, typename Reducer>
   __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v,
-                                  Reducer& red) {
+                                  const Cta&, Reducer& red) {
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) amax = fmaxf(amax, vec_amax<T, kVecs>(s, v, k));
     const float scale = quant::fp8_dynamic_scale(red.template reduce<MaxOp>(amax));
     if (threadIdx.x == 0) static_cast<float*>(p.scale_out)[s.row] = scale;
     store_fp8_row<T, kVecs>(p, s, v, quant::e4m3_reciprocal(scale));
+  }
+};
+
+// The scale layout's addressing (quant_layout.h ScaleAddressing: no switch per store) with 32-bit
+// coefficients (each is at most 16 * Tp or 512 * cols bytes); offsets are computed in 64 bits.
+struct ScaleAddr32 {
+  int32_t t7, t5, t0, c2, c0;
+  __device__ static ScaleAddr32 of(const KernelParams& p, quant::ScaleStorage storage, int64_t cols) {
+    const quant::ScaleAddressing a =
+        quant::scale_addressing(static_cast<quant::ScaleLayout>(p.scale_layout), storage, p.num_rows, cols);
+    return {static_cast<int32_t>(a.t7), static_cast<int32_t>(a.t5), static_cast<int32_t>(a.t0),
+            static_cast<int32_t>(a.c2), static_cast<int32_t>(a.c0)};
+  }
+  __device__ int64_t row_part(int t) const {
+    return static_cast<int64_t>(t >> 7) * t7 + static_cast<int64_t>((t >> 5) & 3) * t5 +
+           static_cast<int64_t>(t & 31) * t0;
+  }
+  __device__ int64_t col_part(int c) const {
+    return static_cast<int64_t>(c >> 2) * c2 + static_cast<int64_t>(c & 3) * c0;
   }
 };
 
@@ -174,13 +201,21 @@ struct Fp8PerGroupQuant {
   __device__ static quant::ScaleStorage storage(const KernelParams& p) {
     return p.scale_format == arfScaleUe8m0Packed ? quant::ScaleStorage::kByte : quant::ScaleStorage::kFp32;
   }
+  struct Cta {
+    ScaleAddr32 addr;
+  };
+  __device__ static Cta cta_state(const KernelParams& p) {
+    return {ScaleAddr32::of(p, storage(p), p.row_elems / quant::kFp8GroupElems)};
+  }
   __device__ static void write_scale_padding(const KernelParams& p) {
     zero_scale_padding(p, storage(p), p.row_elems / quant::kFp8GroupElems);
   }
   template <typename T, int kVecs, typename Reducer>
   __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v,
-                                  Reducer& red) {
-    const int64_t cols = p.row_elems / quant::kFp8GroupElems;
+                                  const Cta& cta, Reducer&) {
+    char* const scale_row = static_cast<char*>(p.scale_out) + cta.addr.row_part(static_cast<int>(s.row));
+    const bool fp32_scale = p.scale_format == arfScaleFp32;
+    const bool byte_scale = p.scale_format == arfScaleUe8m0Packed;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       const float amax = lanes_reduce<kGroupVecs, MaxOp>(vec_amax<T, kVecs>(s, v, k));
@@ -188,7 +223,7 @@ struct Fp8PerGroupQuant {
       float scale;
       uint8_t code = 0;
       uint2 codes;
-      if (p.scale_format == arfScaleFp32) {
+      if (fp32_scale) {
         scale = quant::fp8_dynamic_scale(amax);
         codes = fp8_vec<T>(v[k], quant::e4m3_reciprocal(scale));
       } else {
@@ -199,7 +234,14 @@ struct Fp8PerGroupQuant {
         codes = fp8_vec<T>(v[k], [&](float x) { return quant::mul_rn(x, mult); });
       }
       store_fp8x8(p.quant_out, s.elem(k), codes);
-      if (s.vec(k) % kGroupVecs == 0) store_scale(p, storage(p), s.row, s.vec(k) / kGroupVecs, cols, scale, code);
+      if (s.vec(k) % kGroupVecs == 0) {
+        char* const at = scale_row + cta.addr.col_part(s.vec(k) / kGroupVecs);
+        if (byte_scale) {
+          *reinterpret_cast<uint8_t*>(at) = code;
+        } else {
+          *reinterpret_cast<float*>(at) = scale;
+        }
+      }
     }
   }
 };
@@ -213,11 +255,19 @@ struct Fp4Quant {
   __device__ static void write_scale_padding(const KernelParams& p) {
     zero_scale_padding(p, quant::ScaleStorage::kByte, p.row_elems / kBlockElems);
   }
+  struct Cta {
+    ScaleAddr32 addr;
+    float global_scale;  // NVFP4's scale_in
+  };
+  __device__ static Cta cta_state(const KernelParams& p) {
+    return {ScaleAddr32::of(p, quant::ScaleStorage::kByte, p.row_elems / kBlockElems),
+            kNvfp4 ? *p.scale_in : 0.0f};
+  }
   template <typename T, int kVecs, typename Reducer>
   __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v,
-                                  Reducer& red) {
-    const int64_t cols = p.row_elems / kBlockElems;
-    const float global_scale = kNvfp4 ? *p.scale_in : 0.0f;
+                                  const Cta& cta, Reducer&) {
+    char* const scale_row = static_cast<char*>(p.scale_out) + cta.addr.row_part(static_cast<int>(s.row));
+    const float global_scale = cta.global_scale;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       const float amax = lanes_reduce<kBlockVecs, MaxOp>(vec_amax<T, kVecs>(s, v, k));
@@ -239,7 +289,7 @@ struct Fp4Quant {
       for (int i = 0; i < 8; ++i) c[i] = quant::quantize_e2m1(y[i], mult);
       store_fp4x8(p.quant_out, s.elem(k), c);
       if (s.vec(k) % kBlockVecs == 0) {
-        store_scale(p, quant::ScaleStorage::kByte, s.row, s.vec(k) / kBlockVecs, cols, 0.0f, code);
+        *reinterpret_cast<uint8_t*>(scale_row + cta.addr.col_part(s.vec(k) / kBlockVecs)) = code;
       }
     }
   }
@@ -255,25 +305,28 @@ template <typename T, int kVecsPerThread, typename Quant, bool kStreaming = fals
 struct ResidualRmsNormQuantEpilogue {
   using Norm = ResidualRmsNormEpilogue<T, kVecsPerThread, kStreaming>;
   static constexpr int kVecs = kVecsPerThread;
-  using Cta = typename Norm::Cta;
+  struct Cta {
+    typename Norm::Cta norm;
+    typename Quant::Cta quant;
+  };
   using Prefetch = typename Norm::Prefetch;
-  __device__ static Cta cta_state(const KernelParams& p) { return Norm::cta_state(p); }
+  __device__ static Cta cta_state(const KernelParams& p) { return {Norm::cta_state(p), Quant::cta_state(p)}; }
   __device__ static Prefetch prefetch(const KernelParams& p, const RowSlice& s, const Cta& cta) {
-    return Norm::prefetch(p, s, cta);
+    return Norm::prefetch(p, s, cta.norm);
   }
   __device__ static void write_scale_padding(const KernelParams& p) { Quant::write_scale_padding(p); }
   template <typename Reducer>
   __device__ static void apply(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
                                const Prefetch& pre, const Cta& cta, Reducer& red) {
     uint4 normed[kVecs];
-    Norm::normalize(p, s, ar, pre, cta, red, normed);
+    Norm::normalize(p, s, ar, pre, cta.norm, red, normed);
     if (p.norm_out != nullptr) {
 #pragma unroll
       for (int k = 0; k < kVecs; ++k) {
         if (s.owns(k)) st_v4(elem_ptr(p.norm_out, s.elem(k)), normed[k]);
       }
     }
-    Quant::template quantize<T, kVecs>(p, s, normed, red);
+    Quant::template quantize<T, kVecs>(p, s, normed, cta.quant, red);
   }
 };
 
@@ -282,15 +335,15 @@ struct ResidualRmsNormQuantEpilogue {
 template <typename T, int kVecsPerThread, typename Quant, bool kStreaming = false>  // (no gamma)
 struct QuantOnlyEpilogue {
   static constexpr int kVecs = kVecsPerThread;
-  struct Cta {};
+  using Cta = typename Quant::Cta;
   struct Prefetch {};
-  __device__ static Cta cta_state(const KernelParams&) { return {}; }
+  __device__ static Cta cta_state(const KernelParams& p) { return Quant::cta_state(p); }
   __device__ static Prefetch prefetch(const KernelParams&, const RowSlice&, const Cta&) { return {}; }
   __device__ static void write_scale_padding(const KernelParams& p) { Quant::write_scale_padding(p); }
   template <typename Reducer>
   __device__ static void apply(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
-                               const Prefetch&, const Cta&, Reducer& red) {
-    Quant::template quantize<T, kVecs>(p, s, ar, red);
+                               const Prefetch&, const Cta& cta, Reducer& red) {
+    Quant::template quantize<T, kVecs>(p, s, ar, cta, red);
   }
 };
 

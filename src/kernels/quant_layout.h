@@ -111,6 +111,42 @@ ARF_HD constexpr int64_t scale_byte_offset(ScaleLayout layout, ScaleStorage stor
   return -1;
 }
 
+// scale_byte_offset without a switch, as kernels use it: every layout's offset is a row part plus a
+// column part, each linear in the bit fields t = 128 t7 + 32 t5 + t0 (t7 = t / 128, t5 = t / 32 % 4,
+// t0 = t % 32) and c = 4 c2 + c0 (c2 = c / 4, c0 = c % 4), so one set of five coefficients per
+// call describes it: row-major (t * cols + c) * bytes, MN-major fp32 (c * Tp + t) * 4, MN-major
+// packed ((c / 4) * Tp + t) * 4 + c % 4, and the 128x4 tiles (tile * 512 + t0 * 16 + t5 * 4 + c0,
+// tile = t7 * col_tiles + c2). A kernel computes a thread's column parts once and a row part once
+// per row (tests/cpu/test_quant_layout.cc: equal to scale_byte_offset on every padded position).
+struct ScaleAddressing {
+  int64_t t7, t5, t0, c2, c0;  // bytes per unit of each field
+  ARF_HD constexpr int64_t row_part(int64_t t) const {
+    return (t >> 7) * t7 + ((t >> 5) & 3) * t5 + (t & 31) * t0;
+  }
+  ARF_HD constexpr int64_t col_part(int64_t c) const { return (c >> 2) * c2 + (c & 3) * c0; }
+  ARF_HD constexpr int64_t offset(int64_t t, int64_t c) const { return row_part(t) + col_part(c); }
+};
+
+// The coefficients of (layout, storage) for num_tokens rows of `cols` scales (all zero for an
+// unsupported pair).
+ARF_HD constexpr ScaleAddressing scale_addressing(ScaleLayout layout, ScaleStorage storage,
+                                                  int64_t num_tokens, int64_t cols) {
+  if (!scale_layout_supported(layout, storage)) return {0, 0, 0, 0, 0};
+  const int64_t e = scale_elem_bytes(storage);
+  switch (layout) {
+    case ScaleLayout::kRowMajor:
+      return {128 * cols * e, 32 * cols * e, cols * e, 4 * e, e};
+    case ScaleLayout::kMnMajor: {
+      const int64_t tp = mn_major_tokens(num_tokens);
+      return storage == ScaleStorage::kFp32 ? ScaleAddressing{512, 128, 4, 16 * tp, 4 * tp}
+                                            : ScaleAddressing{512, 128, 4, 4 * tp, 1};
+    }
+    case ScaleLayout::kSwizzled128x4:
+      return {ceil_div(cols, kSwizzleTileCols) * kSwizzleTileBytes, 4, 16, kSwizzleTileBytes, 1};
+  }
+  return {0, 0, 0, 0, 0};
+}
+
 // The padded grid a layout covers: every (t, c) with t < padded_tokens and c < padded_cols has an
 // offset, and together they cover the buffer exactly once (tests/cpu/test_quant_layout.cc).
 ARF_HD constexpr int64_t scale_padded_tokens(ScaleLayout layout, int64_t num_tokens) {

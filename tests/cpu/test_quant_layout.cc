@@ -156,6 +156,39 @@ TEST(QuantLayout, EveryLayoutIsABijectionOntoItsPaddedBuffer) {
   }
 }
 
+// The kernels' switch-free addressing (ScaleAddressing) is scale_byte_offset on every position of
+// every padded grid, padding included, for every supported pair, and 64-bit at large shapes.
+TEST(QuantLayout, ScaleAddressingEqualsScaleByteOffset) {
+  const ScaleLayout layouts[] = {ScaleLayout::kRowMajor, ScaleLayout::kMnMajor,
+                                 ScaleLayout::kSwizzled128x4};
+  const ScaleStorage storages[] = {ScaleStorage::kFp32, ScaleStorage::kByte};
+  int64_t checked = 0;
+  for (const ScaleLayout layout : layouts) {
+    for (const ScaleStorage storage : storages) {
+      if (!scale_layout_supported(layout, storage)) continue;
+      for (const int64_t tokens : {1, 2, 3, 4, 5, 31, 32, 33, 127, 128, 129, 255, 257, 1000}) {
+        for (const int64_t cols : {1, 2, 3, 4, 5, 7, 8, 16, 22, 56, 57, 64, 90, 180, 1024}) {
+          const ScaleAddressing a = scale_addressing(layout, storage, tokens, cols);
+          const int64_t rows = scale_padded_tokens(layout, tokens);
+          const int64_t padded_cols = scale_padded_cols(layout, storage, cols);
+          for (int64_t t = 0; t < rows; ++t) {
+            for (int64_t c = 0; c < padded_cols; ++c, ++checked) {
+              ASSERT_EQ(a.offset(t, c), scale_byte_offset(layout, storage, t, c, tokens, cols))
+                  << "layout " << static_cast<int>(layout) << " storage " << static_cast<int>(storage)
+                  << " tokens " << tokens << " cols " << cols << " t " << t << " c " << c;
+            }
+          }
+        }
+      }
+      const int64_t big_t = 3'000'000, big_c = 127;  // offsets past 2^31
+      EXPECT_EQ(scale_addressing(layout, storage, big_t, 128).offset(big_t - 1, big_c),
+                scale_byte_offset(layout, storage, big_t - 1, big_c, big_t, 128));
+    }
+  }
+  EXPECT_GT(checked, int64_t{1} << 20);
+  EXPECT_EQ(scale_addressing(ScaleLayout::kSwizzled128x4, ScaleStorage::kFp32, 8, 8).t7, 0);  // unsupported
+}
+
 TEST(QuantLayout, PackedFp4LowNibbleIsTheEvenElement) {
   EXPECT_EQ(fp4_byte_offset(0, 0, 16), 0);
   EXPECT_EQ(fp4_byte_offset(0, 1, 16), 0);
