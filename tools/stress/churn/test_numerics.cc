@@ -1,0 +1,194 @@
+// CPU tests of the churn checker's numerics (numerics.h) and data generator (data_gen.h): the
+// very functions the check kernel runs, against independent brute-force references.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "data_gen.h"
+#include "numerics.h"
+
+namespace arf::churn {
+namespace {
+
+// Nearest representable value among sorted finite codes (positive magnitudes), ties to the even
+// code: an independent reference for the rounding tricks.
+uint16_t nearest_code(float f, const std::vector<std::pair<double, uint16_t>>& table, uint16_t inf_code,
+                      double overflow_at) {
+  const double a = std::fabs(static_cast<double>(f));
+  const uint16_t sign = std::signbit(f) ? 0x8000u : 0u;
+  if (a >= overflow_at) return static_cast<uint16_t>(sign | inf_code);
+  auto it = std::lower_bound(table.begin(), table.end(), std::make_pair(a, uint16_t{0}));
+  if (it == table.end()) return static_cast<uint16_t>(sign | table.back().second);
+  if (it->first == a || it == table.begin()) return static_cast<uint16_t>(sign | it->second);
+  const auto lo = *(it - 1), hi = *it;
+  const double dl = a - lo.first, dh = hi.first - a;
+  const uint16_t pick = dl < dh ? lo.second : dh < dl ? hi.second : ((lo.second & 1) ? hi.second : lo.second);
+  return static_cast<uint16_t>(sign | pick);
+}
+
+std::vector<std::pair<double, uint16_t>> positive_table(Act dt) {
+  std::vector<std::pair<double, uint16_t>> t;
+  const uint16_t limit = dt == Act::kFp16 ? 0x7C00u : 0x7F80u;
+  for (uint32_t c = 0; c < limit; ++c) t.push_back({to_float(static_cast<uint16_t>(c), dt), static_cast<uint16_t>(c)});
+  return t;
+}
+
+std::vector<float> probe_floats() {
+  std::vector<float> v;
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 400000; ++i) v.push_back(u2f(static_cast<uint32_t>(rng()) & 0x7FFFFFFFu) * (i % 2 ? -1.f : 1.f));
+  for (uint32_t c = 0; c < 0x7F80u; c += 3) {  // bf16 values, their neighbours and midpoints
+    const uint32_t u = c << 16;
+    for (uint32_t d : {0u, 1u, 0x7FFFu, 0x8000u, 0x8001u}) v.push_back(u2f(u + d));
+  }
+  for (int e = -30; e <= 17; ++e) {  // fp16 binades, incl. subnormals and the overflow edge
+    for (int k = 0; k < 2048; k += 7) v.push_back(std::ldexp(1.0f + k / 2048.0f, e));
+  }
+  v.push_back(65504.0f);
+  v.push_back(65519.99f);
+  v.push_back(65520.0f);
+  v.push_back(0x1p-25f);
+  v.push_back(0x1.000002p-25f);
+  return v;
+}
+
+TEST(ChurnNumerics, KnownCodes) {
+  EXPECT_EQ(fp16_to_float(0x3C00), 1.0f);
+  EXPECT_EQ(fp16_to_float(0x7BFF), 65504.0f);
+  EXPECT_EQ(fp16_to_float(0x0001), 0x1p-24f);
+  EXPECT_EQ(fp16_to_float(0x0400), 0x1p-14f);
+  EXPECT_TRUE(std::isinf(fp16_to_float(0x7C00)));
+  EXPECT_EQ(bf16_to_float(0x3F80), 1.0f);
+  EXPECT_EQ(float_to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(float_to_fp16(1.0f), 0x3C00);
+  EXPECT_EQ(float_to_fp16(-0.0f), 0x8000);
+}
+
+TEST(ChurnNumerics, Bf16RoundingIsNearestEven) {
+  const auto table = positive_table(Act::kBf16);
+  for (float f : probe_floats()) {
+    if (std::isnan(f)) continue;
+    const double overflow = 0x1.ffp127;  // midpoint between bf16 max (0x1.fep127) and 2^128
+    ASSERT_EQ(float_to_bf16(f), nearest_code(f, table, 0x7F80u, overflow)) << std::hexfloat << f;
+  }
+}
+
+TEST(ChurnNumerics, Fp16RoundingIsNearestEven) {
+  const auto table = positive_table(Act::kFp16);
+  for (float f : probe_floats()) {
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(float_to_fp16(f), nearest_code(f, table, 0x7C00u, 65520.0)) << std::hexfloat << f;
+  }
+}
+
+TEST(ChurnNumerics, DoubleRoundsOnce) {
+  // 1 + 2^-8 + 2^-30 is just above a bf16 midpoint; via float (round to nearest) it would land
+  // ON the midpoint and round to even (1.0): one rounding must give 1 + 2^-7.
+  EXPECT_EQ(round_double(1.0 + 0x1p-8 + 0x1p-30, Act::kBf16), float_to_bf16(1.0f + 0x1p-7f));
+  EXPECT_EQ(round_double(1.0 + 0x1p-8, Act::kBf16), 0x3F80);  // exact tie: even
+  EXPECT_EQ(round_double(-(1.0 + 0x1p-11 + 0x1p-40), Act::kFp16), float_to_fp16(-(1.0f + 0x1p-10f)));
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 200000; ++i) {  // agrees with correctly rounded long double -> float -> dtype when no tie
+    const double d = std::ldexp(static_cast<double>(rng() >> 11) * 0x1p-53 + 0.5, static_cast<int>(rng() % 40) - 20);
+    const uint16_t got = round_double(d, Act::kBf16);
+    const double g = bf16_to_float(got);
+    const double ulp = std::ldexp(1.0, std::ilogb(g == 0 ? d : g) - 7);
+    ASSERT_LE(std::fabs(g - d), ulp / 2 * (1 + 1e-12)) << d;
+  }
+}
+
+TEST(ChurnNumerics, AllReduceRuleCanonicalises) {
+  EXPECT_EQ(canonical(0x8000), 0);
+  float acc = 0.0f;
+  acc = sum_step(acc, 0x8000, Act::kBf16);  // -0 -> +0 before summing
+  EXPECT_EQ(f2u(acc), 0u);
+  // An fp16 sum that rounds to -0 is returned as +0.
+  EXPECT_EQ(round_sum(-0x1p-26f, Act::kFp16), 0);
+  // Rank order: fp32 addition is not associative; the rule sums 0..N-1 left to right.
+  const float big = 0x1p24f;
+  float a = 0.0f;
+  for (float v : {big, 1.0f, 1.0f}) a = add_rn(a, v);
+  EXPECT_EQ(a, big);  // (2^24 + 1) + 1 = 2^24 in fp32
+  EXPECT_EQ(residual_rule(float_to_bf16(1.0f), float_to_bf16(0x1p-9f), Act::kBf16), float_to_bf16(1.0f));
+  EXPECT_EQ(residual_rule(float_to_bf16(1.0f), float_to_bf16(-1.0f), Act::kBf16), 0);
+}
+
+TEST(ChurnNumerics, NormToleranceIsOneUlpPlusAbsolute) {
+  EXPECT_TRUE(norm_within_tolerance(float_to_bf16(1.0f), 1.0, Act::kBf16));
+  EXPECT_TRUE(norm_within_tolerance(float_to_bf16(1.0f + 0x1p-7f), 1.0, Act::kBf16));
+  EXPECT_FALSE(norm_within_tolerance(float_to_bf16(1.0f + 0x1p-6f), 1.0, Act::kBf16));
+  EXPECT_TRUE(norm_within_tolerance(float_to_fp16(1.0f + 0x1p-10f), 1.0, Act::kFp16));
+  EXPECT_FALSE(norm_within_tolerance(float_to_fp16(1.0f + 0x1p-9f), 1.0, Act::kFp16));
+  EXPECT_TRUE(norm_within_tolerance(0, 5e-7, Act::kBf16));   // the 1e-6 absolute slack
+  EXPECT_FALSE(norm_within_tolerance(0, 1e-5, Act::kBf16));
+  EXPECT_FALSE(norm_within_tolerance(0x7FC0, 1.0, Act::kBf16));  // NaN never matches a number
+}
+
+TEST(ChurnNumerics, NormRoundingModes) {
+  const Act dt = Act::kBf16;
+  const double y = 1.5, s = 0.7, g = 1.3;
+  // Round once: round(y*s*g).
+  EXPECT_TRUE(norm_element_ok(round_double(y * s * g, dt), y, s, g, 0, dt));
+  // Before weight: round(round(y*s) * g); here y*s = 1.05 rounds to 1.046875 first.
+  const double z = bf16_to_float(round_double(y * s, dt));
+  EXPECT_TRUE(norm_element_ok(round_double(z * g, dt), y, s, g, 1, dt));
+  // A value two ulps off is refused in both modes.
+  const uint16_t off = static_cast<uint16_t>(round_double(y * s * g, dt) + 2);
+  EXPECT_FALSE(norm_element_ok(off, y, s, g, 0, dt));
+  EXPECT_FALSE(norm_element_ok(static_cast<uint16_t>(round_double(z * g, dt) + 2), y, s, g, 1, dt));
+  // Next to an intermediate midpoint, both intermediates are accepted.
+  const double mid = (1.0 + 0x1p-8) / s;  // y*s exactly on the midpoint of 1 and 1 + 2^-7
+  const double gg = 3.0;
+  EXPECT_TRUE(norm_element_ok(round_double(1.0 * gg, dt), mid, s, gg, 1, dt));
+  EXPECT_TRUE(norm_element_ok(round_double((1.0 + 0x1p-7) * gg, dt), mid, s, gg, 1, dt));
+}
+
+TEST(ChurnDataGen, DeterministicDistinctAndNeverAllZero) {
+  const uint64_t b00 = stream_base(1, 0, 0, kStreamInput), b01 = stream_base(1, 0, 1, kStreamInput);
+  const uint64_t b10 = stream_base(1, 1, 0, kStreamInput);
+  EXPECT_EQ(b00, stream_base(1, 0, 0, kStreamInput));
+  EXPECT_NE(b00, b01);
+  EXPECT_NE(b00, b10);
+  EXPECT_NE(b00, stream_base(2, 0, 0, kStreamInput));
+  int differ_rank = 0, differ_call = 0, specials = 0, zeros_at_7 = 0;
+  double sum = 0, sumsq = 0;
+  const int n = 1 << 18;
+  for (int i = 0; i < n; ++i) {
+    const uint16_t v = data_value16(b00, static_cast<uint64_t>(i), Act::kBf16);
+    differ_rank += v != data_value16(b01, static_cast<uint64_t>(i), Act::kBf16);
+    differ_call += v != data_value16(b10, static_cast<uint64_t>(i), Act::kBf16);
+    const float f = bf16_to_float(v);
+    if ((v & 0x7FFFu) == 0 || (v & 0x7F80u) == 0) ++specials;
+    if (i % 8 == 7 && (v & 0x7FFFu) == 0) ++zeros_at_7;
+    sum += f;
+    sumsq += static_cast<double>(f) * f;
+  }
+  EXPECT_GT(differ_rank, n * 9 / 10);
+  EXPECT_GT(differ_call, n * 9 / 10);
+  EXPECT_EQ(zeros_at_7, 0);  // every aligned group of 8 holds a nonzero value
+  EXPECT_NEAR(specials / static_cast<double>(n), 1.0 / 64 * 7 / 8, 0.004);
+  EXPECT_NEAR(sum / n, 0.0, 0.05);
+  EXPECT_GT(sumsq / n, 0.8);  // ~N(0,1) with a few x8 / x1/16 values
+  EXPECT_LT(sumsq / n, 12.0);
+}
+
+TEST(ChurnDataGen, SkewAndScales) {
+  for (uint64_t call = 0; call < 2000; ++call) {
+    EXPECT_LE(skew_ns(5, call, 1, 50), 50000u);
+    EXPECT_EQ(skew_ns(5, call, 1, 0), 0u);
+    const float s = scale_in_value(5, call, false), g = scale_in_value(5, call, true);
+    EXPECT_GE(s, 0x1p-7f);
+    EXPECT_LT(s, 0.5f);
+    EXPECT_GE(g, 16.0f);
+    EXPECT_LT(g, 4096.0f);
+  }
+  EXPECT_NE(output_term(output_base(3, 0), 5, 1), output_term(output_base(3, 0), 5, 2));
+  EXPECT_NE(output_term(output_base(3, 0), 5, 1), output_term(output_base(3, 1), 5, 1));
+  EXPECT_NE(output_term(output_base(3, 0), 5, 1), output_term(output_base(4, 0), 5, 1));
+}
+
+}  // namespace
+}  // namespace arf::churn
