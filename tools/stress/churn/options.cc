@@ -1,0 +1,231 @@
+// CLI11 parsing and validation of `arfusion-stress churn` (options.h).
+#include "options.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+namespace arf::churn {
+namespace {
+
+constexpr const char* kDefaultPatterns = "allreduce,flat,residual_rmsnorm,fp8_token,fp8_group";
+constexpr const char* kDefaultAlgos = "auto,oneshot_lamport,oneshot_pull,twoshot,unfused";
+constexpr uint64_t kDefaultCalls = 10000;
+constexpr uint64_t kDefaultTableCalls = uint64_t{1} << 20;
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+bool valid_world(int n) { return n == 1 || n == 2 || n == 4 || n == 8; }
+
+// Under arfusion-run: rank and world from the launcher's variables (the communicator itself is
+// configured by arfCommConfigFromEnv, which reads the same variables).
+void apply_launcher(ChurnOptions& o, const EnvLookup& env, bool placement_given) {
+  const char* id = env("ARF_RENDEZVOUS_ID");
+  const char* rank = env("ARF_RANK");
+  const char* world = env("ARF_WORLD_SIZE");
+  if (rank == nullptr || world == nullptr) {
+    throw CLI::ValidationError("arfusion-run environment",
+                               "ARF_RENDEZVOUS_ID is set but ARF_RANK / ARF_WORLD_SIZE are not");
+  }
+  o.rendezvous_id = id;
+  try {
+    o.process_rank = std::stoi(rank);
+    o.process_world = std::stoi(world);
+  } catch (const std::exception&) {
+    throw CLI::ValidationError("arfusion-run environment", "ARF_RANK / ARF_WORLD_SIZE not integers");
+  }
+  if (!valid_world(o.process_world) || o.process_rank < 0 || o.process_rank >= o.process_world) {
+    throw CLI::ValidationError("arfusion-run environment", "world must be 1, 2, 4 or 8, rank < world");
+  }
+  const char* why = nullptr;
+  if (placement_given) why = "--devices/--nranks: the launcher places the ranks";
+  if (o.seconds > 0) why = "--seconds: processes must stop on the same call; give --calls";
+  if (why != nullptr) throw CLI::ValidationError("under arfusion-run", why);
+  o.devices.clear();
+}
+
+void validate(ChurnOptions& o, int nranks, bool placement_given, const std::string& hiddens,
+              const EnvLookup& env) {
+  if (env("ARF_RENDEZVOUS_ID") != nullptr) apply_launcher(o, env, placement_given);
+  if (!o.processes()) {
+    if (!o.devices.empty() && nranks > 0 && static_cast<int>(o.devices.size()) != nranks) {
+      throw CLI::ValidationError("--nranks", "does not match the length of --devices");
+    }
+    if (o.devices.empty()) o.devices.assign(nranks > 0 ? nranks : 2, 0);
+    if (!valid_world(static_cast<int>(o.devices.size()))) {
+      throw CLI::ValidationError("--nranks/--devices", "1, 2, 4 or 8 ranks");
+    }
+    for (int d : o.devices) {
+      if (d < 0) throw CLI::ValidationError("--devices", "ordinals are >= 0");
+    }
+  }
+  if (o.max_hidden < 8 || o.max_hidden % 8 != 0 || o.max_hidden > 16384) {
+    throw CLI::ValidationError("--max-hidden", "a multiple of 8 in [8, 16384]");
+  }
+  std::vector<int64_t> list = hiddens.empty() ? kDefaultHiddens : parse_int_list(hiddens);
+  o.hiddens.clear();
+  for (int64_t h : list) {
+    if (h < 8 || h % 8 != 0 || h > 16384) {
+      throw CLI::ValidationError("--hiddens", "every hidden a multiple of 8 in [8, 16384]");
+    }
+    if (h <= o.max_hidden) o.hiddens.push_back(h);
+  }
+  std::sort(o.hiddens.begin(), o.hiddens.end());
+  o.hiddens.erase(std::unique(o.hiddens.begin(), o.hiddens.end()), o.hiddens.end());
+  if (o.hiddens.empty()) throw CLI::ValidationError("--hiddens", "none is <= --max-hidden");
+  if (!o.replay()) {
+    for (Pat p : o.patterns) {
+      const int64_t block = p == Pat::kFp8Group ? 128 : p == Pat::kNvfp4 ? 16 : p == Pat::kMxfp4 ? 32 : 8;
+      if (std::none_of(o.hiddens.begin(), o.hiddens.end(), [&](int64_t h) { return h % block == 0; })) {
+        throw CLI::ValidationError("--hiddens", std::string("no hidden fits pattern ") + pat_name(p));
+      }
+    }
+  }
+  if (o.foreign_block % 32 != 0) throw CLI::ValidationError("--foreign-block", "a multiple of 32");
+  const bool budget = o.calls > 0 || o.seconds > 0 || o.calls_per_algorithm > 0;
+  if (!budget && !o.replay()) o.calls = kDefaultCalls;
+  if (o.processes() && !o.replay() && o.calls == 0 && o.calls_per_algorithm == 0) {
+    throw CLI::ValidationError("under arfusion-run", "give --calls or --calls-per-algorithm");
+  }
+  if (o.table_calls == 0) o.table_calls = o.calls > 0 ? o.calls : kDefaultTableCalls;
+}
+
+std::string join_argv(int argc, char** argv) {
+  std::ostringstream out;
+  for (int i = 0; i < argc; ++i) out << (i ? " " : "") << argv[i];
+  return out.str();
+}
+
+}  // namespace
+
+std::vector<Pat> parse_pattern_list(const std::string& list) {
+  std::vector<Pat> out;
+  for (const std::string& name : split(list)) {
+    const std::optional<Pat> p = pat_from_name(name);
+    if (!p) throw std::invalid_argument("unknown pattern '" + name + "'");
+    if (std::find(out.begin(), out.end(), *p) == out.end()) out.push_back(*p);
+  }
+  if (out.empty()) throw std::invalid_argument("at least one pattern");
+  return out;
+}
+
+std::vector<arfAlgorithm_t> parse_algorithm_list(const std::string& list) {
+  std::vector<arfAlgorithm_t> out;
+  for (const std::string& name : split(list)) {
+    arfAlgorithm_t a;
+    if (arfAlgorithmFromName(name.c_str(), &a) != arfSuccess) {
+      throw std::invalid_argument("unknown algorithm '" + name + "'");
+    }
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+  }
+  if (out.empty()) throw std::invalid_argument("at least one algorithm");
+  return out;
+}
+
+std::vector<int64_t> parse_int_list(const std::string& list) {
+  std::vector<int64_t> out;
+  for (const std::string& item : split(list)) {
+    size_t used = 0;
+    const long long v = std::stoll(item, &used);
+    if (used != item.size()) throw std::invalid_argument("not an integer: '" + item + "'");
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit_code,
+                                                const EnvLookup& env) {
+  ChurnOptions o;
+  o.command_line = join_argv(argc, argv);
+  CLI::App app{"arfusion-stress churn: engine-like soak written against the public API only "
+               "(tools/stress/README.md, section churn)"};
+  app.name("arfusion-stress churn");
+  int nranks = 0;
+  std::string patterns = kDefaultPatterns, algos = kDefaultAlgos, hiddens, dtype = "bf16";
+  auto* devices = app.add_option("--devices", o.devices, "device of each rank (repeats: virtual ranks)")
+                      ->delimiter(',');
+  auto* nr = app.add_option("--nranks", nranks, "virtual ranks on device 0: 1, 2, 4 or 8 (default 2)");
+  app.add_option("-d,--dtype", dtype, "bf16 | fp16")->check(CLI::IsMember({"bf16", "fp16"}))
+      ->capture_default_str();
+  app.add_option("--max-tokens", o.max_tokens, "communicator capacity in tokens")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+  app.add_option("--max-hidden", o.max_hidden, "communicator capacity in columns")->capture_default_str();
+  app.add_option("--oneshot-max-tokens", o.oneshot_max_tokens, "Lamport capacity (0: max-tokens)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--hiddens", hiddens,
+                 "hidden sizes drawn from (default 128,1024,2048,4096,5120,7168,8192,12288,16384; "
+                 "capped by --max-hidden)");
+  app.add_option("--patterns", patterns,
+                 "allreduce,flat,residual_rmsnorm,fp8_tensor,fp8_token,fp8_group,nvfp4,mxfp4")
+      ->capture_default_str();
+  app.add_option("-a,--algos", algos, "algorithms drawn from, per call")->capture_default_str();
+  app.add_option("-n,--calls", o.calls, "issued-call budget (default 10000 without another budget)");
+  app.add_option("--seconds", o.seconds, "time budget")->check(CLI::NonNegativeNumber);
+  app.add_option("--calls-per-algorithm", o.calls_per_algorithm,
+                 "stop once every listed algorithm issued this many calls");
+  app.add_option("--seed", o.seed, "seed of the schedule and the data")->capture_default_str();
+  app.add_option("--skew-us", o.skew_us, "device delay per (call, rank) before the inputs, 0..this")
+      ->check(CLI::Range(0, 1000000))->capture_default_str();
+  app.add_option("--host-skew-us", o.host_skew_us, "host busy-wait before 1/4 of the calls, 0..this")
+      ->check(CLI::Range(0, 1000000))->capture_default_str();
+  app.add_option("--in-flight", o.in_flight, "calls the host runs ahead of its own stream")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--foreign-block", o.foreign_block, "threads per CTA of our kernels")
+      ->check(CLI::Range(32, 1024))->capture_default_str();
+  app.add_option("--foreign-smem-kb", o.foreign_smem_kb, "dynamic shared memory per CTA of our kernels")
+      ->check(CLI::Range(0, 227))->capture_default_str();
+  app.add_option("--foreign-grid", o.foreign_grid, "CTAs of the generate/overwrite kernels (0: SMs)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--connections", o.connections, "force CUDA_DEVICE_MAX_CONNECTIONS (default: 32 "
+                 "unless already set)")->check(CLI::Range(1, 32));
+  app.add_option("--timeout", o.timeout_seconds, "arfCommConfig_t.timeout_seconds")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--verify-calls", o.verify_calls, "arfCommConfig_t.verify_calls = 1");
+  app.add_flag("--pdl", o.pdl, "arfCommConfig_t.programmatic_launch = 1");
+  app.add_option("--hang-seconds", o.hang_seconds, "watchdog: exit 2 when no call completes this long")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--progress", o.progress_seconds, "seconds between progress lines (0: none)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--poll-every", o.poll_every, "calls between arfCommGetAsyncError polls")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("-J,--json", o.json_path, "write the report as JSON");
+  app.add_flag("--expect-failure", o.expect_failure,
+               "negative control: exit 0 only if a timeout, async error or wrong element was seen");
+  app.add_flag("--list-boundaries", o.list_boundaries, "print the probed plan boundaries and exit");
+  app.add_option("--write-schedule", o.write_schedule, "write the issued calls as a replayable CSV");
+  app.add_option("--replay", o.replay_path, "replay a call sequence (shared/repro CSV format)");
+  app.add_option("--repeat", o.repeat, "run the sequence this many times on fresh communicators")
+      ->check(CLI::Range(1, 1000000))->capture_default_str();
+  app.add_option("--table-calls", o.table_calls,
+                 "slots of the per-call hash table (0: the call budget, else 2^20; later calls fold in)");
+  app.add_option("--hash-dir", o.hash_dir,
+                 "under arfusion-run: directory of the per-rank hash files (default: "
+                 "$TMPDIR/arfusion-churn-<job id>)");
+  devices->excludes(nr);
+  try {
+    app.parse(argc, argv);
+    o.dtype = dtype == "fp16" ? arfFloat16 : arfBFloat16;
+    o.patterns = parse_pattern_list(patterns);
+    o.algos = parse_algorithm_list(algos);
+    validate(o, nranks, devices->count() > 0 || nr->count() > 0, hiddens, env);
+  } catch (const CLI::ParseError& e) {
+    *exit_code = app.exit(e) == 0 ? kChurnOk : kChurnSetup;
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "arfusion-stress churn: %s\n", e.what());
+    *exit_code = kChurnSetup;
+    return std::nullopt;
+  }
+  return o;
+}
+
+}  // namespace arf::churn

@@ -1,0 +1,102 @@
+// Command line of `arfusion-stress churn` (--help lists every flag). Parsing touches no CUDA, so
+// it is unit-tested on machines without a GPU; the environment is read through a lookup function
+// so tests can play the arfusion-run launcher.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arfusion/arfusion.h"
+#include "call_spec.h"
+
+namespace arf::churn {
+
+// Exit codes, as arfusion-stress's: every outcome has its own, so a negative control can tell a
+// detection from a hang or a crash.
+enum ChurnExit : int {
+  kChurnOk = 0,        // clean (--expect-failure: a failure was detected)
+  kChurnWrong = 1,     // wrong elements or a cross-rank mismatch (--expect-failure: run was clean)
+  kChurnTimeout = 2,   // a bounded wait expired, an async error, or the watchdog fired
+  kChurnSetup = 3,     // bad arguments, CUDA/arfusion error outside the soak's checks, refused call
+  kChurnNoGpu = 77,    // no CUDA device: ctest SKIP_RETURN_CODE
+};
+
+inline const std::vector<int64_t> kDefaultHiddens = {128,  1024, 2048,  4096, 5120,
+                                                     7168, 8192, 12288, 16384};
+
+struct ChurnOptions {
+  // World. In one process: devices[r] is rank r's device (repeats: virtual ranks).
+  std::vector<int> devices;
+  arfDataType_t dtype = arfBFloat16;
+  int64_t max_tokens = 2048;
+  int64_t max_hidden = 8192;
+  int64_t oneshot_max_tokens = 0;
+  std::vector<int64_t> hiddens;  // ascending, <= max_hidden (from --hiddens or the default list)
+  std::vector<Pat> patterns;
+  std::vector<arfAlgorithm_t> algos;
+
+  // Budget: whichever ends first. calls counts issued calls (skipped ones do not count).
+  uint64_t calls = 0;
+  double seconds = 0;
+  uint64_t calls_per_algorithm = 0;  // stop once every listed algorithm issued this many
+  uint64_t seed = 1;
+
+  // Timing and co-scheduling.
+  int skew_us = 50;        // device-side delay per (call, rank) in the generate kernel
+  int host_skew_us = 0;    // host busy-wait before a quarter of the calls, up to this long
+  int in_flight = 8;       // calls the host runs ahead of its stream
+  int foreign_block = 1024;
+  int foreign_smem_kb = 96;
+  int foreign_grid = 0;    // CTAs of the generate/overwrite kernels (0: the device's SM count)
+  int connections = 0;     // CUDA_DEVICE_MAX_CONNECTIONS to force (0: 32 unless already set)
+
+  // Library settings.
+  double timeout_seconds = 10;
+  bool verify_calls = false;
+  bool pdl = false;
+
+  // Monitoring and report.
+  double hang_seconds = 120;
+  double progress_seconds = 10;
+  int poll_every = 4;
+  std::string json_path;
+  bool expect_failure = false;
+  bool list_boundaries = false;
+  std::string write_schedule;  // CSV of the issued calls (replayable)
+
+  // Replay.
+  std::string replay_path;
+  int repeat = 1;
+
+  // Cross-rank table and exchange.
+  uint64_t table_calls = 0;  // slots of the per-call table (0: the call budget, else 2^20)
+  std::string hash_dir;      // under arfusion-run: where the per-rank hash files go
+
+  // Under arfusion-run (ARF_RENDEZVOUS_ID set): this process is rank process_rank of
+  // process_world; transport ipc; the communicator's placement comes from arfCommConfigFromEnv.
+  int process_rank = -1;
+  int process_world = 0;
+  std::string rendezvous_id;
+
+  std::string command_line;
+
+  bool processes() const { return process_rank >= 0; }
+  int world() const { return processes() ? process_world : static_cast<int>(devices.size()); }
+  bool replay() const { return !replay_path.empty(); }
+};
+
+using EnvLookup = std::function<const char*(const char*)>;
+
+// nullopt with *exit_code set on --help or an error (the message already printed).
+std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit_code,
+                                                const EnvLookup& env);
+
+// Comma-separated lists, exposed for tests.
+std::vector<Pat> parse_pattern_list(const std::string& list);          // throws std::invalid_argument
+std::vector<arfAlgorithm_t> parse_algorithm_list(const std::string& list);
+std::vector<int64_t> parse_int_list(const std::string& list);
+
+}  // namespace arf::churn

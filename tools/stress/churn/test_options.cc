@@ -1,0 +1,118 @@
+// CPU tests of the churn command line (options.h), including the arfusion-run environment.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "options.h"
+
+namespace arf::churn {
+namespace {
+
+struct Parsed {
+  std::optional<ChurnOptions> o;
+  int code = -1;
+};
+
+Parsed parse(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  args.insert(args.begin(), "churn");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  Parsed p;
+  p.o = parse_churn_options(static_cast<int>(argv.size()), argv.data(), &p.code, [&](const char* name) {
+    const auto it = env.find(name);
+    return it == env.end() ? static_cast<const char*>(nullptr) : it->second.c_str();
+  });
+  return p;
+}
+
+TEST(ChurnOptions, Defaults) {
+  const Parsed p = parse({});
+  ASSERT_TRUE(p.o);
+  const ChurnOptions& o = *p.o;
+  EXPECT_EQ(o.devices, (std::vector<int>{0, 0}));
+  EXPECT_EQ(o.patterns, (std::vector<Pat>{Pat::kAllReduce, Pat::kFlat, Pat::kResidualRmsNorm, Pat::kFp8Token,
+                                          Pat::kFp8Group}));
+  EXPECT_EQ(o.algos, (std::vector<arfAlgorithm_t>{arfAlgoAuto, arfAlgoOneshotLamport, arfAlgoOneshotPull,
+                                                  arfAlgoTwoshot, arfAlgoUnfused}));
+  EXPECT_EQ(o.hiddens, (std::vector<int64_t>{128, 1024, 2048, 4096, 5120, 7168, 8192}));  // <= max_hidden
+  EXPECT_EQ(o.calls, 10000u);
+  EXPECT_EQ(o.table_calls, 10000u);
+  EXPECT_EQ(o.in_flight, 8);
+  EXPECT_EQ(o.skew_us, 50);
+  EXPECT_EQ(o.foreign_block, 1024);
+  EXPECT_EQ(o.foreign_smem_kb, 96);
+  EXPECT_EQ(o.timeout_seconds, 10);
+  EXPECT_EQ(o.hang_seconds, 120);
+  EXPECT_FALSE(o.processes());
+}
+
+TEST(ChurnOptions, WorldAndBudget) {
+  Parsed p = parse({"--nranks", "8", "--seconds", "30", "--max-hidden", "16384", "--connections", "1",
+                    "--verify-calls", "--patterns", "nvfp4,mxfp4,fp8_tensor", "-a", "twoshot"});
+  ASSERT_TRUE(p.o);
+  EXPECT_EQ(p.o->devices.size(), 8u);
+  EXPECT_EQ(p.o->calls, 0u);  // a time budget alone
+  EXPECT_EQ(p.o->table_calls, uint64_t{1} << 20);
+  EXPECT_EQ(p.o->hiddens.back(), 16384);
+  EXPECT_EQ(p.o->connections, 1);
+  EXPECT_TRUE(p.o->verify_calls);
+  EXPECT_EQ(p.o->patterns.size(), 3u);
+  p = parse({"--devices", "0,1,0,1"});
+  ASSERT_TRUE(p.o);
+  EXPECT_EQ(p.o->devices, (std::vector<int>{0, 1, 0, 1}));
+}
+
+TEST(ChurnOptions, Refusals) {
+  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+           {"--nranks", "3"},
+           {"--patterns", "bogus"},
+           {"-a", "fastest"},
+           {"--hiddens", "100"},                                  // not a multiple of 8
+           {"--hiddens", "136", "--patterns", "fp8_group"},       // no hidden fits 1x128 groups
+           {"--hiddens", "16384"},                                // above --max-hidden
+           {"--foreign-block", "100"},
+           {"--foreign-smem-kb", "500"},
+           {"--in-flight", "0"},
+           {"--nranks", "2", "--devices", "0,0"},
+       }) {
+    const Parsed p = parse(bad);
+    EXPECT_FALSE(p.o) << bad[0] << " " << bad[1];
+    EXPECT_EQ(p.code, kChurnSetup) << bad[0] << " " << bad[1];
+  }
+  const Parsed help = parse({"--help"});
+  EXPECT_FALSE(help.o);
+  EXPECT_EQ(help.code, kChurnOk);
+}
+
+TEST(ChurnOptions, UnderTheLauncher) {
+  const std::map<std::string, std::string> env = {
+      {"ARF_RENDEZVOUS_ID", "0123456789abcdef0123456789abcdef"}, {"ARF_RANK", "1"}, {"ARF_WORLD_SIZE", "2"}};
+  Parsed p = parse({"--calls", "100"}, env);
+  ASSERT_TRUE(p.o);
+  EXPECT_TRUE(p.o->processes());
+  EXPECT_EQ(p.o->process_rank, 1);
+  EXPECT_EQ(p.o->world(), 2);
+  EXPECT_EQ(p.o->rendezvous_id, "0123456789abcdef0123456789abcdef");
+  EXPECT_FALSE(parse({"--seconds", "5"}, env).o);      // processes stop on calls only
+  EXPECT_FALSE(parse({"--nranks", "2"}, env).o);       // the launcher places ranks
+  EXPECT_FALSE(parse({"--calls-per-algorithm", "0", "--seconds", "1"}, env).o);
+  EXPECT_TRUE(parse({"--calls-per-algorithm", "10"}, env).o);
+  EXPECT_TRUE(parse({}, env).o);  // the default call budget
+  std::map<std::string, std::string> broken = env;
+  broken["ARF_WORLD_SIZE"] = "3";
+  EXPECT_FALSE(parse({}, broken).o);
+  broken.erase("ARF_RANK");
+  EXPECT_FALSE(parse({}, broken).o);
+}
+
+TEST(ChurnOptions, Lists) {
+  EXPECT_EQ(parse_int_list("1,2,,3"), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_THROW(parse_int_list("1,x"), std::exception);
+  EXPECT_EQ(parse_pattern_list("flat,flat,allreduce").size(), 2u);
+  EXPECT_THROW(parse_algorithm_list(""), std::exception);
+}
+
+}  // namespace
+}  // namespace arf::churn
