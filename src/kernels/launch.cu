@@ -146,14 +146,14 @@ __global__ void __launch_bounds__(32, 1) shared_device_gate_kernel(const KernelP
   (void)protocol::shared_device_gate(p);
 }
 
-// The gate is owed by every call of a rank that shares its GPU (captured calls too: the graph
-// replays it). The negative-control build without it keeps the protocol that deadlocks.
-bool needs_gate(const KernelParams& params) {
+// The plan owes the gate whenever ranks share a GPU (captured calls too: the graph replays it).
+// The negative-control build without it keeps the protocol that deadlocks.
+bool needs_gate(const Plan& plan) {
 #if defined(ARF_NEGATIVE_CONTROL_NO_SHARED_DEVICE_GATE)
-  (void)params;
+  (void)plan;
   return false;
 #else
-  return params.device_mates != 0;
+  return plan.shared_device_gate;
 #endif
 }
 
@@ -190,7 +190,7 @@ Status preload_typed(int world) {
 
 Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams& params,
               cudaStream_t stream, const BetweenKernels& between_kernels) {
-  if (needs_gate(params)) {
+  if (needs_gate(plan)) {
     ARF_RETURN_IF_ERROR(launch_gate(params, stream));
     if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
   }

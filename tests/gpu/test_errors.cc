@@ -75,7 +75,6 @@ std::vector<BadCall> bad_calls() {
       {"algorithm out of range", kNorm,
        [](auto& a, auto&) { a.algorithm = static_cast<arfAlgorithm_t>(99); }},
       {"null input", kNorm, [](auto& a, auto&) { a.input = nullptr; }},
-      {"null residual_in", kNorm, [](auto& a, auto&) { a.residual_in = nullptr; }},
       {"null residual_out", kNorm, [](auto& a, auto&) { a.residual_out = nullptr; }},
       {"null norm_out", kNorm, [](auto& a, auto&) { a.norm_out = nullptr; }},
       {"null gamma", kNorm, [](auto& a, auto&) { a.gamma = nullptr; }},

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/foreign_kernels.h"
 #include "gpu/harness.h"
 
 namespace arf::test {
@@ -21,9 +22,10 @@ struct StreamCase {
   arfStatus_t async[2] = {arfInternal, arfInternal};
 };
 
-// Rank 0 issues a call on its stream (its kernel then waits for rank 1), then a call on `other`
-// while the first still runs; rank 1 joins only afterwards. Both ranks then make a second call,
-// rank 0 on `other`.
+// Rank 0 issues a call on its stream, then a call on `other` while the first still runs: rank 1
+// makes its call too (virtual ranks' calls return only once every mate has enqueued theirs:
+// arfusion.h), but behind a 300 ms kernel on its stream, so the collective is still in flight on
+// the device when rank 0 switches streams. Both ranks then make a second call, rank 0 on `other`.
 StreamCase run_case(bool debug_checks) {
   if (debug_checks) setenv("ARF_DEBUG_CHECKS", "1", 1);
   WorldOptions options;
@@ -44,6 +46,7 @@ StreamCase run_case(bool debug_checks) {
   cuda_ok(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), "second stream");
   std::barrier step(2);
   HangGuard guard(60, "stream check test");
+  cuda_ok(preload_foreign_kernels(), "preload");
   world->run_ranks([&](int r) {
     // All allocations precede all launches (a cudaMalloc would wait for a spinning peer kernel).
     CallBuffers a(world->device(r), spec, world->dtype());
@@ -58,9 +61,8 @@ StreamCase run_case(bool debug_checks) {
         out.refused = b.launch(world->comm(0), other);
         out.message = arfGetLastErrorString();
       }
-      step.arrive_and_wait();
     } else {
-      step.arrive_and_wait();
+      cuda_ok(launch_whole_sm_kernel(1, 300000000, world->stream(1)), "delay rank 1");
       out.first[1] = a.launch(world->comm(1), world->stream(1));
     }
     cuda_ok(cudaStreamSynchronize(world->stream(r)), "first call");
