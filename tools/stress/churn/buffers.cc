@@ -1,0 +1,125 @@
+// Allocation and reset of one rank's churn buffers (buffers.h).
+#include "buffers.h"
+
+#include <algorithm>
+
+namespace arf::churn {
+namespace {
+
+std::string failed(const char* what, cudaError_t e) {
+  return std::string(what) + ": " + cudaGetErrorString(e);
+}
+
+}  // namespace
+
+int64_t largest_scale_bytes(int64_t max_tokens, const std::vector<int64_t>& hiddens) {
+  int64_t best = 0;
+  const arfPattern_t patterns[] = {arfPatternResidualRmsNormFp8PerToken,
+                                   arfPatternResidualRmsNormFp8PerGroup,
+                                   arfPatternResidualRmsNormNvfp4, arfPatternResidualRmsNormMxfp4};
+  // Scale buffers grow with the token count (padding rounds it up), so max_tokens bounds them.
+  for (int64_t h : hiddens) {
+    for (arfPattern_t p : patterns) {
+      for (int layout = 0; layout < 3; ++layout) {
+        for (int format = 0; format < 3; ++format) {
+          const size_t b = arfScaleBufferBytes(p, static_cast<arfScaleLayout_t>(layout),
+                                               static_cast<arfScaleFormat_t>(format),
+                                               static_cast<size_t>(max_tokens), static_cast<size_t>(h));
+          best = std::max(best, static_cast<int64_t>(b));
+        }
+      }
+    }
+  }
+  return best;
+}
+
+RankBuffers::~RankBuffers() {
+  // Only reached after every collective drained (or at exit): frees are then harmless.
+  if (stream == nullptr && device_allocations_.empty() && mirror_host == nullptr) return;
+  cudaSetDevice(device);
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  for (void* p : device_allocations_) cudaFree(p);
+  if (mirror_host != nullptr) cudaFreeHost(mirror_host);
+  if (stream != nullptr) cudaStreamDestroy(stream);
+}
+
+std::string RankBuffers::allocate(int dev, const BufferSizes& s) {
+  device = dev;
+  sizes = s;
+  cudaError_t e = cudaSetDevice(dev);
+  if (e != cudaSuccess) return failed("cudaSetDevice", e);
+  if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess) {
+    return failed("cudaStreamCreateWithFlags", e);
+  }
+  events.resize(static_cast<size_t>(s.in_flight), nullptr);
+  for (cudaEvent_t& ev : events) {
+    if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess) {
+      return failed("cudaEventCreateWithFlags", e);
+    }
+  }
+  const size_t elems = static_cast<size_t>(s.max_tokens) * static_cast<size_t>(s.max_hidden);
+  const auto alloc = [&](void** p, size_t bytes, const char* what) -> std::string {
+    const cudaError_t err = cudaMalloc(p, std::max<size_t>(bytes, 256));
+    if (err != cudaSuccess) return failed(what, err);
+    device_allocations_.push_back(*p);
+    return "";
+  };
+  std::string why;
+  void* p = nullptr;
+  if (!(why = alloc(&p, elems * 2, "cudaMalloc(input)")).empty()) return why;
+  input = static_cast<uint16_t*>(p);
+  if (!(why = alloc(&p, elems * 2, "cudaMalloc(residual_in)")).empty()) return why;
+  residual_in = static_cast<uint16_t*>(p);
+  if (!(why = alloc(&p, elems * 2, "cudaMalloc(residual_out)")).empty()) return why;
+  residual_out = static_cast<uint16_t*>(p);
+  if (!(why = alloc(&p, elems * 2, "cudaMalloc(norm_out)")).empty()) return why;
+  norm_out = static_cast<uint16_t*>(p);
+  if (!(why = alloc(&p, elems * 2, "cudaMalloc(allreduce_out)")).empty()) return why;
+  allreduce_out = static_cast<uint16_t*>(p);
+  if (!(why = alloc(&gamma, static_cast<size_t>(s.max_hidden) * 4, "cudaMalloc(gamma)")).empty()) return why;
+  if (!(why = alloc(&p, elems, "cudaMalloc(quant_out)")).empty()) return why;
+  quant_out = static_cast<uint8_t*>(p);
+  if (!(why = alloc(&p, static_cast<size_t>(s.scale_bytes), "cudaMalloc(scale_out)")).empty()) return why;
+  scale_out = static_cast<uint8_t*>(p);
+  if (!(why = alloc(&p, 16, "cudaMalloc(scale_in)")).empty()) return why;
+  scale_in = static_cast<float*>(p);
+  if (!(why = alloc(&p, s.table_calls * sizeof(TableEntry), "cudaMalloc(table)")).empty()) return why;
+  table = static_cast<TableEntry*>(p);
+  if (!(why = alloc(&p, sizeof(DeviceCounters), "cudaMalloc(counters)")).empty()) return why;
+  counters = static_cast<DeviceCounters*>(p);
+  if ((e = cudaHostAlloc(reinterpret_cast<void**>(&mirror_host), sizeof(PinnedMirror),
+                         cudaHostAllocMapped | cudaHostAllocPortable)) != cudaSuccess) {
+    return failed("cudaHostAlloc(mirror)", e);
+  }
+  if ((e = cudaHostGetDevicePointer(reinterpret_cast<void**>(&mirror_device), mirror_host, 0)) !=
+      cudaSuccess) {
+    return failed("cudaHostGetDevicePointer(mirror)", e);
+  }
+  // Inputs start as zeros: never read before the generate kernel writes them, but defined.
+  for (void* q : {static_cast<void*>(input), static_cast<void*>(residual_in), static_cast<void*>(residual_out),
+                  static_cast<void*>(norm_out), static_cast<void*>(allreduce_out)}) {
+    if ((e = cudaMemset(q, 0, elems * 2)) != cudaSuccess) return failed("cudaMemset", e);
+  }
+  return reset();
+}
+
+std::string RankBuffers::reset() {
+  cudaError_t e = cudaSetDevice(device);
+  if (e == cudaSuccess) e = cudaMemset(table, 0, sizes.table_calls * sizeof(TableEntry));
+  if (e == cudaSuccess) e = cudaMemset(counters, 0, sizeof(DeviceCounters));
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) return failed("reset (cudaMemset/cudaDeviceSynchronize)", e);
+  *mirror_host = PinnedMirror{};
+  return "";
+}
+
+std::string RankBuffers::read_table(std::vector<TableEntry>* out) const {
+  out->assign(sizes.table_calls, TableEntry{});
+  cudaError_t e = cudaSetDevice(device);
+  if (e == cudaSuccess) {
+    e = cudaMemcpy(out->data(), table, sizes.table_calls * sizeof(TableEntry), cudaMemcpyDeviceToHost);
+  }
+  return e == cudaSuccess ? "" : failed("cudaMemcpy(table)", e);
+}
+
+}  // namespace arf::churn

@@ -1,0 +1,68 @@
+// One rank's device memory for the churn soak: tensors at full capacity, the per-call table, the
+// counters and the pinned mirror, the stream and the in-flight event ring.
+//
+// Contract: everything here is allocated (and zeroed) before the first collective and freed after
+// the last one has drained. cudaMalloc/cudaFree/synchronous memsets synchronize the device, and
+// with virtual ranks a device-synchronizing call while a peer's collective spins deadlocks until
+// the bounded wait expires (arfusion.h, "Ranks sharing one GPU").
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "arfusion/arfusion.h"
+#include "counters.h"
+
+namespace arf::churn {
+
+struct BufferSizes {
+  int64_t max_tokens = 0;
+  int64_t max_hidden = 0;
+  int64_t scale_bytes = 0;  // largest arfScaleBufferBytes of any call the soak can issue
+  uint64_t table_calls = 1;
+  int in_flight = 1;
+};
+
+// The largest scale buffer any (pattern, layout, format) of these hiddens needs at max_tokens.
+int64_t largest_scale_bytes(int64_t max_tokens, const std::vector<int64_t>& hiddens);
+
+class RankBuffers {
+ public:
+  RankBuffers() = default;
+  RankBuffers(const RankBuffers&) = delete;
+  RankBuffers& operator=(const RankBuffers&) = delete;
+  ~RankBuffers();
+
+  // On `device` (made current). "" on success, else the failing call.
+  std::string allocate(int device, const BufferSizes& sizes);
+  // Zeroes the table, the counters and the mirror (between repeats; nothing in flight).
+  std::string reset();
+  // Copies the table back (after the rank's stream drained).
+  std::string read_table(std::vector<TableEntry>* out) const;
+
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  std::vector<cudaEvent_t> events;  // ring of in_flight events, one per call in flight
+  uint16_t* input = nullptr;
+  uint16_t* residual_in = nullptr;
+  uint16_t* residual_out = nullptr;
+  uint16_t* norm_out = nullptr;
+  uint16_t* allreduce_out = nullptr;
+  void* gamma = nullptr;  // max_hidden fp32
+  uint8_t* quant_out = nullptr;
+  uint8_t* scale_out = nullptr;
+  float* scale_in = nullptr;
+  TableEntry* table = nullptr;
+  DeviceCounters* counters = nullptr;
+  PinnedMirror* mirror_host = nullptr;  // read by the host without synchronizing
+  PinnedMirror* mirror_device = nullptr;
+  BufferSizes sizes;
+
+ private:
+  std::vector<void*> device_allocations_;
+};
+
+}  // namespace arf::churn

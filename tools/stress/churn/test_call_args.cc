@@ -1,0 +1,126 @@
+// CPU tests of call_args.h with fake pointers: what the library is given and what our kernels
+// assume agree, and the overwrite kernel is never told to garbage an output.
+#include <gtest/gtest.h>
+
+#include "call_args.h"
+#include "replay_csv.h"
+#include "schedule.h"
+
+namespace arf::churn {
+namespace {
+
+TensorSet fake_tensors() {
+  TensorSet t;
+  auto p = [](uintptr_t a) { return reinterpret_cast<uint16_t*>(a); };
+  t.input = p(0x10000);
+  t.residual_in = p(0x20000);
+  t.residual_out = p(0x30000);
+  t.norm_out = p(0x40000);
+  t.allreduce_out = p(0x50000);
+  t.gamma = p(0x60000);
+  t.quant_out = reinterpret_cast<uint8_t*>(0x70000);
+  t.scale_out = reinterpret_cast<uint8_t*>(0x80000);
+  t.scale_in = reinterpret_cast<float*>(0x90000);
+  return t;
+}
+
+TEST(ChurnCallArgs, Aliasing) {
+  const TensorSet t = fake_tensors();
+  const RunConstants k;
+  CallSpec c;
+  c.pattern = Pat::kAllReduce;
+  c.allreduce_out_is_input = true;
+  EXPECT_EQ(fused_args(c, arfBFloat16, t).allreduce_out, t.input);
+  EXPECT_EQ(device_call(c, k, 0, 2, t).input_is_output, 1u);
+  c.pattern = Pat::kFlat;
+  c.flat_count = 64;
+  EXPECT_EQ(flat_args(c, t).out, t.input);
+  EXPECT_EQ(flat_args(c, t).count, 64u);
+  c.allreduce_out_is_input = false;
+  EXPECT_EQ(flat_args(c, t).out, t.allreduce_out);
+  EXPECT_EQ(device_call(c, k, 0, 2, t).input_is_output, 0u);
+
+  c = CallSpec{};
+  c.pattern = Pat::kResidualRmsNorm;
+  c.residual_in_place = true;
+  c.norm_out_is_input = true;
+  arfFusedArgs_t a = fused_args(c, arfBFloat16, t);
+  EXPECT_EQ(a.residual_out, t.residual_in);
+  EXPECT_EQ(a.norm_out, t.input);
+  DeviceCall d = device_call(c, k, 1, 2, t);
+  EXPECT_EQ(d.residual_is_output, 1u);
+  EXPECT_EQ(d.input_is_output, 1u);
+  EXPECT_EQ(d.residual_out, t.residual_in);
+  c.residual_null = true;  // in place is meaningless without a residual
+  a = fused_args(c, arfBFloat16, t);
+  EXPECT_EQ(a.residual_in, nullptr);
+  EXPECT_EQ(a.residual_out, t.residual_out);
+  d = device_call(c, k, 1, 2, t);
+  EXPECT_EQ(d.residual_in, nullptr);
+  EXPECT_EQ(d.residual_is_output, 0u);
+  EXPECT_EQ(d.residual_null, 1u);
+}
+
+TEST(ChurnCallArgs, QuantTensors) {
+  const TensorSet t = fake_tensors();
+  CallSpec c;
+  c.tokens = 5;
+  c.hidden = 1024;
+  c.pattern = Pat::kFp8Tensor;
+  arfFusedArgs_t a = fused_args(c, arfBFloat16, t);
+  EXPECT_EQ(a.scale_out, nullptr);
+  EXPECT_EQ(a.scale_in, t.scale_in);
+  EXPECT_EQ(a.norm_out, t.norm_out);  // always the side output, checked
+  EXPECT_EQ(device_call(c, RunConstants{}, 0, 2, t).scale_bytes, 0);
+  c.pattern = Pat::kFp8Group;
+  c.layout = arfScaleMnMajor;
+  c.format = arfScaleUe8m0Packed;
+  a = fused_args(c, arfBFloat16, t);
+  EXPECT_EQ(a.scale_in, nullptr);
+  EXPECT_EQ(a.scale_out, t.scale_out);
+  const DeviceCall d = device_call(c, RunConstants{}, 0, 2, t);
+  EXPECT_EQ(d.scale_bytes, static_cast<int64_t>(arfScaleBufferBytes(arfPatternResidualRmsNormFp8PerGroup,
+                                                                   arfScaleMnMajor, arfScaleUe8m0Packed, 5, 1024)));
+  EXPECT_EQ(d.layout, 1u);
+  c.pattern = Pat::kNvfp4;
+  c.layout = arfScaleSwizzled128x4;
+  c.format = arfScaleFp32;
+  EXPECT_EQ(fused_args(c, arfBFloat16, t).scale_in, t.scale_in);
+  EXPECT_EQ(device_call(c, RunConstants{}, 0, 2, t).layout, 2u);
+}
+
+// The property the overwrite kernel relies on, over many generated calls: it garbages input
+// unless input is an output, and residual_in unless residual_in is an output.
+TEST(ChurnCallArgs, OverwriteNeverHitsAnOutput) {
+  ScheduleOptions o;
+  o.patterns = {Pat::kAllReduce, Pat::kFlat, Pat::kResidualRmsNorm, Pat::kFp8Token, Pat::kNvfp4};
+  o.algos = {arfAlgoAuto};
+  o.hiddens = {128, 1024};
+  o.max_tokens = 16;
+  const PlanOracle any = [](const CallSpec&) {
+    PlanInfo p;
+    p.ok = true;
+    return p;
+  };
+  const BoundaryTable table;
+  Generator g(o, &table, any);
+  const TensorSet t = fake_tensors();
+  for (int i = 0; i < 5000; ++i) {
+    const CallSpec c = g.next();
+    const DeviceCall d = device_call(c, RunConstants{}, 0, 2, t);
+    const void* outputs[] = {d.allreduce_out, d.residual_out, d.norm_out, d.quant_out, d.scale_out};
+    for (const void* out : outputs) {
+      if (out == nullptr) continue;
+      if (!d.input_is_output) {
+        ASSERT_NE(out, static_cast<const void*>(d.input)) << replay_csv_row(c);
+      }
+      if (!d.residual_is_output && d.residual_in != nullptr) {
+        ASSERT_NE(out, static_cast<const void*>(d.residual_in)) << replay_csv_row(c);
+      }
+    }
+    ASSERT_EQ(d.count, c.pattern == Pat::kFlat ? c.flat_count : c.tokens * c.hidden);
+  }
+}
+
+}  // namespace
+}  // namespace arf::churn
