@@ -1,0 +1,65 @@
+// `arfusion-stress churn`: parse, set the CUDA environment before the first CUDA call, run the
+// repeats, report (churn_main.h). Exit codes: options.h ChurnExit.
+#include "churn_main.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "options.h"
+#include "report.h"
+#include "session.h"
+
+namespace arf::churn {
+
+int churn_main(int argc, char** argv) {
+  int code = kChurnOk;
+  const std::optional<ChurnOptions> parsed =
+      parse_churn_options(argc, argv, &code, [](const char* name) { return std::getenv(name); });
+  if (!parsed) return code;
+  const ChurnOptions& o = *parsed;
+  // Before the first CUDA call. 32 hardware queues unless the caller chose (arfusion.h: queue
+  // sharing between virtual ranks' streams is what the library then has to survive); --connections
+  // forces a value, e.g. 1 to make every rank's stream share one queue.
+  if (o.connections > 0) {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(o.connections).c_str(), /*overwrite=*/1);
+  } else {
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+  }
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    std::printf("SKIPPED: no CUDA device visible — arfusion-stress churn not run (%s)\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    return kChurnNoGpu;
+  }
+  std::printf("# arfusion-stress churn: %s (CUDA_DEVICE_MAX_CONNECTIONS=%s)\n", o.command_line.c_str(),
+              std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
+  RunReport report;
+  try {
+    Session session(o);
+    report.setup_error = session.setup(&report);
+    for (int r = 0; report.setup_error.empty() && r < o.repeat; ++r) {
+      report.setup_error = session.run_repeat(r, &report);
+      if (o.list_boundaries) return kChurnOk;
+    }
+  } catch (const std::exception& e) {
+    report.setup_error = e.what();
+  }
+  if (!report.setup_error.empty()) std::fprintf(stderr, "arfusion-stress churn: %s\n", report.setup_error.c_str());
+  print_report(o, report);
+  if (!o.json_path.empty()) {
+    const std::string path = json_path_for(o);
+    if (!write_json(path, o, report)) {
+      std::fprintf(stderr, "arfusion-stress churn: cannot write %s\n", path.c_str());
+      return kChurnSetup;
+    }
+  }
+  return exit_code(o, report);
+}
+
+}  // namespace arf::churn

@@ -1,0 +1,213 @@
+// One rank's issue loop (rank_loop.h).
+#include "rank_loop.h"
+
+#include <chrono>
+
+#include "call_args.h"
+#include "data_gen.h"
+#include "replay_csv.h"
+
+namespace arf::churn {
+namespace {
+
+// Draws that the planner refused in a row before the loop gives up (no call can run).
+constexpr uint64_t kMaxConsecutiveSkips = 100000;
+
+TensorSet tensors_of(const RankBuffers& b) {
+  TensorSet t;
+  t.input = b.input;
+  t.residual_in = b.residual_in;
+  t.residual_out = b.residual_out;
+  t.norm_out = b.norm_out;
+  t.allreduce_out = b.allreduce_out;
+  t.gamma = b.gamma;
+  t.quant_out = b.quant_out;
+  t.scale_out = b.scale_out;
+  t.scale_in = b.scale_in;
+  return t;
+}
+
+void host_skew(uint64_t seed, uint64_t call, uint32_t rank, int max_us) {
+  if (max_us <= 0) return;
+  const uint64_t h = element_hash(stream_base(seed, call, rank, kStreamSkew), 1);
+  if ((h & 3u) != 0) return;  // a quarter of the calls
+  const auto wait = std::chrono::nanoseconds((h >> 2) % (static_cast<uint64_t>(max_us) * 1000u + 1u));
+  const auto until = std::chrono::steady_clock::now() + wait;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+class Loop {
+ public:
+  Loop(const RankJob& job, RankOutcome* out)
+      : job_(job), o_(*job.options), b_(*job.buffers), out_(out), tensors_(tensors_of(b_)),
+        oracle_(comm_oracle(job.comm, o_.dtype)) {
+    out_->stats.max_tokens = o_.max_tokens;
+    out_->stats.largest_hidden = o_.hiddens.back();
+  }
+
+  void run() {
+    if (!cuda_ok(cudaSetDevice(b_.device), "cudaSetDevice")) return;
+    ScheduleOptions so;
+    so.seed = o_.seed;
+    so.dtype = o_.dtype;
+    so.patterns = o_.patterns;
+    so.algos = o_.algos;
+    so.hiddens = o_.hiddens;
+    so.max_tokens = o_.max_tokens;
+    Generator gen(so, job_.boundaries, oracle_);
+    size_t replay_pos = 0;
+    uint64_t skips = 0;
+    const uint64_t depth = static_cast<uint64_t>(o_.in_flight);
+    while (true) {
+      if (o_.calls > 0 && k_ >= o_.calls) break;
+      if (o_.calls_per_algorithm > 0 &&
+          every_algorithm_reached(out_->stats, o_.algos, o_.calls_per_algorithm)) {
+        break;
+      }
+      CallSpec c;
+      if (job_.replay != nullptr) {
+        if (replay_pos >= job_.replay->size()) break;
+        c = (*job_.replay)[replay_pos++];
+        if (!c.skipped) apply_plan(&c, oracle_);
+      } else {
+        c = gen.next();
+      }
+      if (c.skipped) {
+        out_->stats.record_skipped(c);
+        write_row(c);
+        if (++skips > kMaxConsecutiveSkips) {
+          fail(Failure::kSchedule, arfUnsupported, "the planner refused every call of the schedule");
+          break;
+        }
+        continue;
+      }
+      skips = 0;
+      if (!job_.stop->may_issue(k_)) break;
+      c.index = k_;
+      cudaEvent_t ev = b_.events[k_ % depth];
+      if (k_ >= depth && !cuda_ok(cudaEventSynchronize(ev), "cudaEventSynchronize")) break;
+      host_skew(o_.seed, k_, static_cast<uint32_t>(job_.rank), o_.host_skew_us);
+      if (!issue(c, ev)) break;
+      if (c.wait_after || depth == 1) {
+        if (!cuda_ok(cudaEventSynchronize(ev), "cudaEventSynchronize")) break;
+      }
+      c.wait_after = c.wait_after || depth == 1;
+      out_->stats.record_issued(c);
+      write_row(c);
+      ++k_;
+      if (k_ % static_cast<uint64_t>(o_.poll_every) == 0 && !healthy()) break;
+    }
+    out_->issued = k_;
+    cuda_ok(cudaStreamSynchronize(b_.stream), "cudaStreamSynchronize");
+    healthy();
+  }
+
+ private:
+  bool issue(const CallSpec& c, cudaEvent_t ev) {
+    RunConstants rc;
+    rc.seed = o_.seed;
+    rc.skew_us = static_cast<uint32_t>(o_.skew_us);
+    rc.dtype = o_.dtype;
+    DeviceCall d = device_call(c, rc, static_cast<uint32_t>(job_.rank), static_cast<uint32_t>(job_.world), tensors_);
+    d.table = b_.table;
+    d.table_calls = b_.sizes.table_calls;
+    d.counters = b_.counters;
+    d.mirror = b_.mirror_device;
+    if (!cuda_ok(launch_generate(d, job_.shape, b_.stream), "generate kernel launch")) return false;
+    arfStatus_t st;
+    if (c.pattern == Pat::kFlat) {
+      const FlatArgs f = flat_args(c, tensors_);
+      st = arfAllReduce(job_.comm, f.in, f.out, f.count, o_.dtype, b_.stream);
+    } else {
+      const arfFusedArgs_t a = fused_args(c, o_.dtype, tensors_);
+      st = arfFusedAllReduce(job_.comm, &a, b_.stream);
+    }
+    if (st != arfSuccess) {
+      const std::string why = arfGetLastErrorString();
+      const bool refused = st == arfInvalidArgument || st == arfUnsupported;
+      fail(refused ? Failure::kRefused : Failure::kAsync, st,
+           "call " + std::to_string(c.index) + " (" + replay_csv_row(c) + ") returned " +
+               arfGetStatusString(st) + ": " + why);
+      return false;
+    }
+    if (!cuda_ok(launch_overwrite(d, job_.shape, b_.stream), "overwrite kernel launch")) return false;
+    if (!cuda_ok(launch_check(d, job_.shape, job_.sm_count, b_.stream), "check kernel launch")) return false;
+    return cuda_ok(cudaEventRecord(ev, b_.stream), "cudaEventRecord");
+  }
+
+  // false (and every rank asked to stop) once the communicator reports an asynchronous error.
+  bool healthy() {
+    const arfStatus_t st = arfCommGetAsyncError(job_.comm);
+    if (st == arfSuccess) return true;
+    const std::string why = arfGetLastErrorString();
+    uint64_t lost = UINT64_MAX;
+    arfCommGetFirstLostCall(job_.comm, &lost);
+    if (out_->failure == Failure::kNone || out_->failure == Failure::kAsync) {
+      out_->failure = Failure::kAsync;
+      out_->status = st;
+      out_->message = why;
+      out_->first_lost = lost;
+    }
+    job_.stop->request_stop("rank " + std::to_string(job_.rank) + ": " + arfGetStatusString(st));
+    return false;
+  }
+
+  bool cuda_ok(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return true;
+    fail(Failure::kCuda, arfCudaError, std::string(what) + ": " + cudaGetErrorString(e));
+    return false;
+  }
+
+  void fail(Failure f, arfStatus_t st, const std::string& message) {
+    if (out_->failure == Failure::kNone) {
+      out_->failure = f;
+      out_->status = st;
+      out_->message = message;
+    }
+    job_.stop->request_stop("rank " + std::to_string(job_.rank) + ": " + message);
+  }
+
+  void write_row(const CallSpec& c) {
+    if (job_.schedule_out == nullptr) return;
+    CallSpec row = c;
+    row.index = k_;
+    *job_.schedule_out << replay_csv_row(row) << '\n';
+  }
+
+  const RankJob& job_;
+  const ChurnOptions& o_;
+  RankBuffers& b_;
+  RankOutcome* out_;
+  TensorSet tensors_;
+  PlanOracle oracle_;
+  uint64_t k_ = 0;  // issued calls = the library's call index of the next call
+};
+
+}  // namespace
+
+PlanOracle comm_oracle(arfComm_t comm, arfDataType_t dtype) {
+  return [comm, dtype](const CallSpec& c) {
+    const arfFusedArgs_t a = shape_args(c, dtype);
+    arfPlan_t plan;
+    return plan_info_from(arfPlanShape(comm, &a, &plan), plan);
+  };
+}
+
+void run_rank(const RankJob& job, RankOutcome* out) { Loop(job, out).run(); }
+
+void final_error_state(arfComm_t comm, RankOutcome* out) {
+  const arfStatus_t st = arfCommGetAsyncError(comm);
+  uint64_t lost = UINT64_MAX;
+  arfCommGetFirstLostCall(comm, &lost);
+  if (st != arfSuccess) {
+    if (out->failure == Failure::kNone) {
+      out->failure = Failure::kAsync;
+      out->status = st;
+      out->message = arfGetLastErrorString();
+    }
+  }
+  if (lost != UINT64_MAX) out->first_lost = lost;
+}
+
+}  // namespace arf::churn

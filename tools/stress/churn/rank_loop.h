@@ -1,0 +1,57 @@
+// One rank's host thread: draws the schedule, and per call enqueues on its own stream
+//   generate -> arfFusedAllReduce / arfAllReduce -> overwrite -> check -> event
+// running up to --in-flight calls ahead of its stream (cudaEventSynchronize on its OWN event of
+// call k - D; never a device-wide synchronization, no gate shared with other ranks). It polls
+// arfCommGetAsyncError every --poll-every calls; on an error it stops issuing, records the message
+// and arfCommGetFirstLostCall, and asks every rank to stop (StopControl).
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "arfusion/arfusion.h"
+#include "buffers.h"
+#include "kernels.h"
+#include "options.h"
+#include "schedule.h"
+#include "stats.h"
+#include "stop_control.h"
+
+namespace arf::churn {
+
+struct RankJob {
+  int rank = 0;
+  int world = 1;
+  arfComm_t comm = nullptr;
+  RankBuffers* buffers = nullptr;
+  const ChurnOptions* options = nullptr;
+  const BoundaryTable* boundaries = nullptr;
+  const std::vector<CallSpec>* replay = nullptr;  // nullptr: the generated schedule
+  StopControl* stop = nullptr;
+  ForeignShape shape;
+  int sm_count = 1;
+  std::ofstream* schedule_out = nullptr;  // --write-schedule (one rank only)
+};
+
+enum class Failure { kNone = 0, kAsync, kRefused, kCuda, kSchedule };
+
+struct RankOutcome {
+  IssueStats stats;
+  uint64_t issued = 0;
+  Failure failure = Failure::kNone;
+  arfStatus_t status = arfSuccess;
+  std::string message;
+  uint64_t first_lost = UINT64_MAX;  // arfCommGetFirstLostCall, re-read after the drain
+};
+
+// The oracle of a communicator: arfPlanShape (pure, rank-symmetric).
+PlanOracle comm_oracle(arfComm_t comm, arfDataType_t dtype);
+
+void run_rank(const RankJob& job, RankOutcome* out);
+
+// After every rank's stream drained: the final error status and first lost call of a rank.
+void final_error_state(arfComm_t comm, RankOutcome* out);
+
+}  // namespace arf::churn

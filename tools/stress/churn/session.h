@@ -1,0 +1,52 @@
+// One run of the churn soak in this process: every local rank's buffers and foreign kernels set
+// up once, then per repeat fresh communicators, the rank threads, the monitor, the drain, the
+// verdicts and the cross-rank comparison.
+//
+// Setup order (arfusion.h, "Ranks sharing one GPU"): every allocation, the foreign kernels'
+// attributes and a warm-up launch of each (module load) happen before the first collective; the
+// communicators (which allocate and synchronize too) are created before any rank thread starts;
+// after the threads joined (each drained its own stream) the tables are copied back and the
+// communicators destroyed. Nothing device-synchronizing runs while a collective may be in flight.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arfusion/arfusion.h"
+#include "buffers.h"
+#include "kernels.h"
+#include "options.h"
+#include "report.h"
+#include "schedule.h"
+
+namespace arf::churn {
+
+class Session {
+ public:
+  explicit Session(const ChurnOptions& o);
+  ~Session();
+
+  // "" on success, else why (exit 3).
+  std::string setup(RunReport* report);
+  // One repeat; appends its RepeatReport. "" on success, else a setup error (exit 3).
+  std::string run_repeat(int repeat, RunReport* report);
+
+ private:
+  std::string create_comms(int repeat);
+  void destroy_comms();
+  std::string probe(RunReport* report);
+
+  const ChurnOptions& o_;
+  std::vector<int> ranks_;    // global rank of each local rank
+  std::vector<int> devices_;  // device of each local rank
+  std::vector<int> sm_counts_;
+  std::vector<std::unique_ptr<RankBuffers>> buffers_;
+  std::vector<arfComm_t> comms_;
+  ForeignShape shape_;
+  std::optional<BoundaryTable> boundaries_;
+  std::vector<CallSpec> replay_;
+};
+
+}  // namespace arf::churn
