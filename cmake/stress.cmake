@@ -52,10 +52,14 @@ add_library(arfusion_stress_runtime OBJECT
 target_link_libraries(arfusion_stress_runtime PUBLIC arfusion_stress_core CUDA::cudart_static)
 target_compile_options(arfusion_stress_runtime PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${ARF_WARNINGS}>)
 
+# `arfusion-stress churn` (the engine-like soak against the public header only): cmake/churn.cmake.
+include(${CMAKE_CURRENT_LIST_DIR}/churn.cmake)
+
 # arf_add_stress_binary(<name> <library target> <variant name printed in reports>)
 function(arf_add_stress_binary name library variant)
   add_executable(${name} ${ARF_STRESS_DIR}/main.cc)
-  target_link_libraries(${name} PRIVATE arfusion_stress_core arfusion_stress_runtime ${library})
+  target_link_libraries(${name} PRIVATE arfusion_stress_core arfusion_stress_runtime
+    arfusion_churn_runtime arfusion_churn_core ${library})
   target_compile_definitions(${name} PRIVATE ARF_STRESS_VARIANT="${variant}")
   target_compile_options(${name} PRIVATE ${ARF_WARNINGS})
 endfunction()
