@@ -146,6 +146,49 @@ TEST(ChurnNumerics, NormRoundingModes) {
   EXPECT_TRUE(norm_element_ok(round_double((1.0 + 0x1p-7) * gg, dt), mid, s, gg, 1, dt));
 }
 
+// What an implementation that follows the contract in fp32 (arfusion.h, arfNormRounding_t: fp32
+// sum of y^2 in column order, s = rsqrt(mean + eps) in fp32 — here perturbed by up to 2 ulps like
+// a hardware rsqrt —, each product rounded in fp32) produces must pass the checker in both
+// rounding modes: the checker may never raise a false alarm on a correct library.
+TEST(ChurnNumerics, Fp32ImplementationOfTheContractPasses) {
+  std::mt19937_64 rng(99);
+  const float eps_choices[4] = {1e-6f, 1e-5f, 1e-3f, 0.1f};
+  uint64_t checked = 0;
+  for (int row = 0; row < 220; ++row) {
+    const Act dt = row % 3 == 0 ? Act::kFp16 : Act::kBf16;
+    const int64_t hidden = row % 4 == 0 ? 16384 : row % 4 == 1 ? 4096 : row % 4 == 2 ? 1024 : 128;
+    const bool gamma_fp32 = row % 5 == 0, plus_one = row % 7 == 0;
+    const float eps = eps_choices[row % 4];
+    const uint64_t ybase = stream_base(1, static_cast<uint64_t>(row), 0, kStreamResidual);
+    const uint64_t gbase = stream_base(1, static_cast<uint64_t>(row), 0, kStreamGamma);
+    std::vector<float> y(static_cast<size_t>(hidden)), g(static_cast<size_t>(hidden)), graw(g);
+    float sumsq = 0.0f;
+    double exact_sumsq = 0.0;
+    for (int64_t c = 0; c < hidden; ++c) {
+      y[c] = to_float(data_value16(ybase, static_cast<uint64_t>(c), dt), dt);
+      const float gv = gamma_fp32 ? data_value32(gbase, static_cast<uint64_t>(c))
+                                  : to_float(data_value16(gbase, static_cast<uint64_t>(c), dt), dt);
+      graw[c] = gv;
+      g[c] = plus_one ? gv + 1.0f : gv;  // the fp32 (1 + gamma)
+      sumsq += y[c] * y[c];
+      exact_sumsq += static_cast<double>(y[c]) * y[c];
+    }
+    float s = 1.0f / std::sqrt(sumsq / static_cast<float>(hidden) + eps);
+    s = u2f(f2u(s) + static_cast<uint32_t>(rng() % 5) - 2u);  // +-2 ulp
+    const double s_exact = rms_scale(exact_sumsq, hidden, eps);
+    for (int64_t c = 0; c < hidden; ++c) {
+      const float ys = y[c] * s;
+      const uint16_t once = from_float(ys * g[c], dt);
+      const uint16_t before = from_float(to_float(from_float(ys, dt), dt) * g[c], dt);
+      const double gd = static_cast<double>(graw[c]) + (plus_one ? 1.0 : 0.0);  // what the checker uses
+      ASSERT_TRUE(norm_element_ok(once, y[c], s_exact, gd, 0, dt)) << "row " << row << " col " << c;
+      ASSERT_TRUE(norm_element_ok(before, y[c], s_exact, gd, 1, dt)) << "row " << row << " col " << c;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 1000000u);
+}
+
 TEST(ChurnDataGen, DeterministicDistinctAndNeverAllZero) {
   const uint64_t b00 = stream_base(1, 0, 0, kStreamInput), b01 = stream_base(1, 0, 1, kStreamInput);
   const uint64_t b10 = stream_base(1, 1, 0, kStreamInput);
