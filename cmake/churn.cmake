@@ -31,19 +31,18 @@ target_compile_options(arfusion_churn_runtime PRIVATE
   $<$<COMPILE_LANGUAGE:CXX>:${ARF_WARNINGS}> $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-warn-spills>)
 set_target_properties(arfusion_churn_runtime PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
 
-if(ARF_BUILD_TESTS)
-  add_executable(arfusion_churn_tests
-    ${ARF_CHURN_DIR}/test_numerics.cc ${ARF_CHURN_DIR}/test_quant_rules.cc
-    ${ARF_CHURN_DIR}/test_schedule.cc ${ARF_CHURN_DIR}/test_options.cc
-    ${ARF_CHURN_DIR}/test_replay_csv.cc ${ARF_CHURN_DIR}/test_cross_rank.cc
-    ${ARF_CHURN_DIR}/test_call_args.cc)
-  target_link_libraries(arfusion_churn_tests PRIVATE arfusion_churn_core arfusion GTest::gtest_main)
-  target_compile_definitions(arfusion_churn_tests PRIVATE
-    ARF_CHURN_REPRO_CSV="${CMAKE_CURRENT_SOURCE_DIR}/tests/data/lamport-stall-world2.csv")
-  target_compile_options(arfusion_churn_tests PRIVATE ${ARF_WARNINGS})
-  add_test(NAME churn_tests COMMAND arfusion_churn_tests)
-  set_tests_properties(churn_tests PROPERTIES LABELS cpu TIMEOUT 300)
+# CPU tests: compiled into arfusion_stress_tests (ctest stress_tests, label cpu; cmake/stress.cmake
+# adds these sources and arfusion_churn_core), so every job that builds the stress tests, the
+# sanitizer CI job included, runs them.
+set(ARF_CHURN_TEST_SOURCES
+  ${ARF_CHURN_DIR}/test_numerics.cc ${ARF_CHURN_DIR}/test_quant_rules.cc
+  ${ARF_CHURN_DIR}/test_schedule.cc ${ARF_CHURN_DIR}/test_options.cc
+  ${ARF_CHURN_DIR}/test_replay_csv.cc ${ARF_CHURN_DIR}/test_cross_rank.cc
+  ${ARF_CHURN_DIR}/test_call_args.cc)
+set(ARF_CHURN_TEST_DEFINITIONS
+  ARF_CHURN_REPRO_CSV="${CMAKE_CURRENT_SOURCE_DIR}/tests/data/lamport-stall-world2.csv")
 
+if(ARF_BUILD_TESTS)
   # GPU soaks (label gpu; without a GPU every one prints SKIPPED and exits 77: skipped). Default
   # heavy foreign kernels (1024 threads, 96 KiB dynamic shared memory per CTA), device skew,
   # 8 calls in flight, every default pattern and algorithm.

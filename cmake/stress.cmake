@@ -75,9 +75,11 @@ endfunction()
 if(ARF_BUILD_TESTS)
   add_executable(arfusion_stress_tests ${ARF_STRESS_DIR}/test_schedule.cc
     ${ARF_STRESS_DIR}/test_checks.cc ${ARF_STRESS_DIR}/test_gpu_check.cc
-    ${ARF_STRESS_DIR}/test_step_pipeline.cc ${ARF_STRESS_DIR}/test_cross_process.cc)
-  target_link_libraries(arfusion_stress_tests PRIVATE arfusion_stress_core arfusion
-    GTest::gtest_main)
+    ${ARF_STRESS_DIR}/test_step_pipeline.cc ${ARF_STRESS_DIR}/test_cross_process.cc
+    ${ARF_CHURN_TEST_SOURCES})
+  target_link_libraries(arfusion_stress_tests PRIVATE arfusion_stress_core arfusion_churn_core
+    arfusion GTest::gtest_main)
+  target_compile_definitions(arfusion_stress_tests PRIVATE ${ARF_CHURN_TEST_DEFINITIONS})
   target_compile_options(arfusion_stress_tests PRIVATE ${ARF_WARNINGS})
   add_test(NAME stress_tests COMMAND arfusion_stress_tests)
   set_tests_properties(stress_tests PROPERTIES LABELS cpu)
