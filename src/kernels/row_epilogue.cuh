@@ -270,7 +270,7 @@ struct ResidualRmsNormEpilogue : NoScalePadding {
   };
 
   __device__ static Cta cta_state(const KernelParams& p) {
-    Cta c;
+    Cta c{};  // (gamma is read only where it was loaded)
     if constexpr (kGammaInRegisters) {
       if (!p.gamma_fp32) {
         const int row_vecs = p.row_elems / kElemsPerVec;
