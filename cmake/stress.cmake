@@ -1,11 +1,15 @@
-# arfusion-stress (tools/stress/): the refill soak of issue 5, its CPU unit tests, short GPU soaks,
-# and — only with -DARF_BUILD_NEGATIVE_CONTROLS=ON — library variants that prove the soak can fail:
+# arfusion-stress (tools/stress/): the refill soak and the engine-like churn soak, their CPU unit
+# tests, short GPU soaks, and — only with -DARF_BUILD_NEGATIVE_CONTROLS=ON — library variants that
+# prove the soaks can fail:
 #
 #   arfusion_debug_stall        kernels stall one rank at every protocol point (src/kernels/
 #                               debug_stall.cuh); the soak must still find ZERO wrong elements
-#   arfusion_nc_no_end_barrier  oneshot_pull without its end barrier: the seed-004 bug
+#   arfusion_nc_no_end_barrier  oneshot_pull without its end barrier: a fast rank's next copy-in
+#                               overwrites what a slow peer still reads (AITER PR #4346)
 #   arfusion_nc_relaxed_flags   barrier flags relaxed instead of release/acquire (AITER #2890)
 #   arfusion_nc_no_lamport_clear  Lamport buffers never cleared (stale slots read as data)
+#   arfusion_nc_no_shared_device_gate  ranks sharing a GPU without the gate and the enqueue wait at
+#                               return: the churn soak must stall
 #
 # Each variant is a full CUDA build of the library with its own arfusion-stress-<variant>. The
 # negative-control ctests (labels gpu;negative) pass only when the soak DETECTS corruption within
@@ -134,8 +138,11 @@ arf_add_stress_binary(arfusion-stress-debug_stall arfusion_debug_stall debug_sta
 # instead of waiting for the scheduler to produce it; the debug_stall soak shows the stall alone
 # corrupts nothing. relaxed_flags runs without it (a stall does not reorder memory); about a
 # quarter of its calls move more than the 1.2 MB per rank above which AITER saw the bug.
+# Without the shared-device gate too: on ranks sharing a GPU the gate alone keeps a fast rank's
+# next copy-in behind a slow peer's reads (it waits until every mate reached the next call), which
+# would hide the missing end barrier from a one-GPU soak; multi-GPU hosts have no gate.
 arf_add_library_variant(arfusion_nc_no_end_barrier ARF_NEGATIVE_CONTROL_NO_END_BARRIER
-  ${ARF_STALL_DEFINITION})
+  ARF_NEGATIVE_CONTROL_NO_SHARED_DEVICE_GATE ${ARF_STALL_DEFINITION})
 arf_add_library_variant(arfusion_nc_relaxed_flags ARF_NEGATIVE_CONTROL_RELAXED_FLAGS)
 arf_add_library_variant(arfusion_nc_no_lamport_clear ARF_NEGATIVE_CONTROL_NO_LAMPORT_CLEAR
   ${ARF_STALL_DEFINITION})
@@ -167,4 +174,27 @@ if(ARF_BUILD_TESTS)
   arf_add_stress_test(negative_no_lamport_clear_gpu_verify "gpu;negative"
     $<TARGET_FILE:arfusion-stress-no_lamport_clear> ${nc_common} --verify gpu -a oneshot_lamport
     --calls 2000 -J ${CMAKE_CURRENT_BINARY_DIR}/negative_no_lamport_clear_gpu_verify.json)
+endif()
+
+# The protocol before the shared-device gate and the call-exit enqueue wait (protocol.md, "Ranks
+# sharing a GPU"): the engine-like soak, with kernels on the rank streams whose CTAs need more than
+# the half SM a spinning collective leaves, must stall there. --expect-failure exits 0 only when a
+# failure (expired wait, async error, wrong element) was detected, 1 when the run was clean.
+arf_add_library_variant(arfusion_nc_no_shared_device_gate ARF_NEGATIVE_CONTROL_NO_SHARED_DEVICE_GATE)
+arf_add_stress_binary(arfusion-stress-no_shared_device_gate arfusion_nc_no_shared_device_gate
+  no_shared_device_gate)
+if(ARF_BUILD_TESTS)
+  # The shared-device GPU tests against that library: StarvedMate must time out there.
+  set(gpu_dir ${CMAKE_CURRENT_SOURCE_DIR}/tests/gpu)
+  add_executable(arfusion_gpu_tests_no_shared_device_gate ${gpu_dir}/gpu_main.cc
+    ${gpu_dir}/harness.cc ${gpu_dir}/harness_run.cc ${gpu_dir}/foreign_kernels.cu
+    ${gpu_dir}/test_shared_device.cc)
+  target_include_directories(arfusion_gpu_tests_no_shared_device_gate PRIVATE
+    ${CMAKE_CURRENT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR}/tests)
+  target_link_libraries(arfusion_gpu_tests_no_shared_device_gate PRIVATE
+    arfusion_nc_no_shared_device_gate arfusion_reference GTest::gtest)
+  arf_add_stress_test(negative_no_shared_device_gate "gpu;negative"
+    $<TARGET_FILE:arfusion-stress-no_shared_device_gate> churn --expect-failure --nranks 2
+    --patterns allreduce,flat,residual_rmsnorm --seconds 60 --timeout 2 --progress 0
+    -J ${CMAKE_CURRENT_BINARY_DIR}/negative_no_shared_device_gate.json)
 endif()

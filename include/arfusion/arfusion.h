@@ -395,7 +395,8 @@ void arfFusedArgsInit(arfFusedArgs_t* args);
 typedef struct arfPlan_t {
   arfAlgorithm_t algorithm;       /* what runs (never auto) */
   arfAlgorithm_t inner_allreduce; /* for unfused: the all-reduce kernel's algorithm; else = algorithm */
-  int num_kernels;                /* kernels launched by the call */
+  int num_kernels;                /* collective and epilogue kernels launched by the call; ranks
+                                     sharing a GPU run a one-CTA gate kernel before them as well */
   int grid;                       /* CTAs of the (all-reduce) kernel, identical on every rank */
   int block;                      /* threads per CTA */
   int forced;                     /* 1 when the caller forced the algorithm */

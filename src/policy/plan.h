@@ -54,8 +54,9 @@ struct Plan {
   // kernel, then norm + quant. Other patterns: always 1 (their unfused split is algorithm kUnfused).
   int fallback_level = 1;
   // Ranks share a GPU (virtual ranks): the one-CTA shared-device gate kernel runs before the
-  // collective kernel (launch.cu; counted in num_kernels). Decided from the agreed facts, so it is
-  // the same on every rank, also on one that has its GPU to itself (its gate waits for nobody).
+  // collective kernel (launch.cu; not counted in num_kernels, which counts the call's collective
+  // and epilogue kernels). Decided from the agreed facts, so it is the same on every rank, also on
+  // one that has its GPU to itself (its gate waits for nobody).
   bool shared_device_gate = false;
   std::string reason;
 };

@@ -402,10 +402,8 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
   plan.block = block_threads_for_row(shape.row_elems);
   plan.grid = static_cast<int>(std::min<int64_t>(rows, grid_cap(plan, facts)));
   plan.epilogue_grid = static_cast<int>(std::min<int64_t>(rows, protocol_free_grid_cap(facts, plan.block)));
-  if (facts.max_ranks_per_device > 1 && facts.world > 1 && plan.algorithm != Algorithm::kNccl) {
-    plan.shared_device_gate = true;
-    plan.num_kernels += 1;
-  }
+  plan.shared_device_gate =
+      facts.max_ranks_per_device > 1 && facts.world > 1 && plan.algorithm != Algorithm::kNccl;
   return plan;
 }
 

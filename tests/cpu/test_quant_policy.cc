@@ -29,7 +29,7 @@ StaticFacts facts_for(int world, int64_t max_tokens = 1024, int64_t max_hidden =
   return f;
 }
 
-// The shared-device gate kernel counts in num_kernels where ranks share a GPU.
+// Where ranks share a GPU the plan adds the shared-device gate kernel (not in num_kernels).
 int gate_kernels(const StaticFacts& f) { return f.world > 1 && f.max_ranks_per_device > 1 ? 1 : 0; }
 
 CallShape quant_call(Pattern pattern, int64_t tokens, int hidden,
@@ -56,7 +56,7 @@ TEST(QuantAuto, LevelOneWithTheAlgorithmAutoPicksForResidualRmsNorm) {
         EXPECT_EQ(p.algorithm, norm.algorithm) << p.reason;
         EXPECT_EQ(p.inner_allreduce, p.algorithm);
         EXPECT_EQ(p.fallback_level, 1);
-        EXPECT_EQ(p.num_kernels, 1 + gate_kernels(f));
+        EXPECT_EQ(p.num_kernels, 1);
         EXPECT_EQ(p.shared_device_gate, gate_kernels(f) == 1);
         EXPECT_EQ(p.grid, norm.grid);
         EXPECT_EQ(p.block, norm.block);
@@ -74,7 +74,7 @@ TEST(QuantAuto, UnquantizedPatternsReportLevelOne) {
   const Plan unfused =
       plan_ok(quant_call(Pattern::kResidualRmsNorm, 4, 4096, Algorithm::kUnfused), f);
   EXPECT_EQ(unfused.fallback_level, 1);
-  EXPECT_EQ(unfused.num_kernels, 2 + gate_kernels(f));
+  EXPECT_EQ(unfused.num_kernels, 2);
 }
 
 struct LevelCase {
@@ -241,7 +241,8 @@ TEST(QuantSymmetry, RandomShapesLevelsAndAlgorithms) {
     }
     // Level 3 is exactly the unfused algorithm; levels 1 and 2 run a fused one.
     ASSERT_EQ(p.fallback_level == 3, p.algorithm == Algorithm::kUnfused) << p.reason;
-    ASSERT_EQ(p.num_kernels, (p.fallback_level == 1 ? 1 : 2) + gate_kernels(f));
+    ASSERT_EQ(p.num_kernels, p.fallback_level == 1 ? 1 : 2);
+    ASSERT_EQ(p.shared_device_gate, gate_kernels(f) == 1);
     if (p.fallback_level != 3) ASSERT_EQ(p.inner_allreduce, p.algorithm);
     if (s.requested_fallback != 0) {
       ASSERT_EQ(p.fallback_level, s.requested_fallback);
