@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End-to-end tensor-parallel decoder benchmark and accuracy gate (issue 14).
+"""End-to-end tensor-parallel decoder benchmark and accuracy gate.
 
 A Llama-3-70B-shaped decoder (hidden 8192, 64 query / 8 KV heads, head dim 128, FFN 28672,
 RMSNorm, SwiGLU, rotary, static KV cache) sharded Megatron-style over TP = 1, 2, 4, 8 processes,

@@ -161,7 +161,7 @@ typedef enum arfScaleFormat_t {
   arfScaleUe8m0Packed = 2  /* rounded up to a power of two, UE8M0 bytes packed 4 per word along K */
 } arfScaleFormat_t;
 
-/* The fallback chain (seed 002) of the quantized patterns: 1 kernel (all-reduce + norm + quant),
+/* The fallback chain of the quantized patterns: 1 kernel (all-reduce + norm + quant),
  * 2 kernels (fused all-reduce + norm, then a quant kernel), 3 kernels' worth (all-reduce kernel,
  * then norm + quant). The level and the algorithm combine as follows (arfPlan reports both):
  *  - auto: level 1 with the chosen or forced fused algorithm (level 1 is eligible whenever a fused

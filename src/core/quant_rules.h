@@ -1,4 +1,4 @@
-// What the host needs to know about each quantized pattern (issue 3), in one place: which hidden
+// What the host needs to know about each quantized pattern, in one place: which hidden
 // sizes it takes, which scale layouts and formats, which of quant_out / scale_out / scale_in it
 // uses, and how many bytes each of them spans. validate.cc turns these into error messages,
 // api.cc's arfScaleBufferBytes into a size, communicator.cc into KernelParams.

@@ -1,4 +1,4 @@
-// Quantized epilogues (issue 3): residual add + RMSNorm, then quantization of the dtype-ROUNDED norm
+// Quantized epilogues: residual add + RMSNorm, then quantization of the dtype-ROUNDED norm
 // value (the unfused contract) in the same kernel, and the quantize-only epilogue of fallback
 // level 2. The encodings and layouts are the host+device code of quant_formats.h / quant_layout.h,
 // the very functions the CPU reference (src/reference/quant_reference.cc) calls, so a kernel fed

@@ -1,5 +1,5 @@
 // Bit-exact encoders and decoders of the quantized formats (FP8 e4m3, FP4 e2m1, UE8M0) and the
-// scale rules of every quantized epilogue (design.md, issue 3). One copy of this arithmetic serves
+// scale rules of every quantized epilogue (arfusion.h states them for callers). One copy of this arithmetic serves
 // the GPU kernels and the CPU reference (src/reference/quant_reference.cc), so the two produce the
 // same bits: everything here is integer bit manipulation plus single IEEE operations (one division
 // or one multiplication per step, never a*b+c that a compiler could contract into an FMA). On the
@@ -273,7 +273,7 @@ ARF_HD inline uint8_t quantize_e4m3(float x, float scale) { return encode_e4m3_d
 // for zero and subnormal numerators, and one such lane sends its whole warp through a long
 // subroutine with spills. Zeros and tiny values are ordinary in a norm's output (padding rows,
 // zero gamma entries); with 1 in 64 of them, the quantized epilogues ran ~28% of their
-// instructions in that subroutine (ncu, bench/results/2026-11-29-run7-fdbe9a3/README.md).
+// instructions in that subroutine (ncu, bench/results/2026-11-29-profile-fdbe9a3/).
 struct E4m3Divisor {
   float scale;
   float sign_only_below;  // scale * 2^-11, or 0 (no shortcut) unless scale is a positive normal

@@ -1,5 +1,6 @@
 // The plan of one call: which algorithm runs, with which grid, decided by policy.cc from the shape
-// and StaticFacts only, so every rank computes the same plan (design rule 1).
+// and StaticFacts only, so every rank computes the same plan (a rank planning another grid would pair
+// CTAs its peers do not have).
 #pragma once
 
 #include <cstdint>

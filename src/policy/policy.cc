@@ -1,7 +1,7 @@
 // Policy: feasibility mask -> tuned table or default thresholds -> choice, in the spirit of NCCL's
 // sym_kernels.cc. Everything here is a pure function of (CallShape, StaticFacts, TuningTable): no
 // timing, no device queries, no
-// per-rank state, so every rank computes the same Plan (design rule 1; vLLM #43616 hung because
+// per-rank state, so every rank computes the same Plan (vLLM #43616 hung because
 // per-rank launch shapes diverged). block_threads_for_row (declared in launch.h) lives here too so
 // that the planner, the launcher and the CPU tests share one definition that needs no CUDA.
 #include "policy/policy.h"
@@ -43,7 +43,7 @@ bool world_supported(int world) { return world == 1 || world == 2 || world == 4 
 int64_t oneshot_limit_bytes(int world) {
   switch (world) {
     case 2: return 8 * kMiB;
-    case 4: return 256 * kKiB;  // measured, 4x H200 NV18: two-shot wins from 512 KiB (run7)
+    case 4: return 256 * kKiB;  // measured, 4x H200 NV18 (6774abd): two-shot wins from 512 KiB
     case 8: return 512 * kKiB;
     default: return INT64_MAX;
   }
@@ -103,7 +103,7 @@ Result<Plan> choose_auto(const CallShape& shape, const StaticFacts& facts) {
   // Ranks sharing a device (virtual ranks) have no links between them: every push goes through the
   // one HBM and every rank's CTAs share its SMs. Lamport writes world-1 copies of the input plus a
   // clear, two-shot about two; measured on one H200 at 8 virtual ranks (bench/results/
-  // 2026-11-29-run2-53637fb) two-shot is faster at every token count, so it is taken whenever it can
+  // 2026-11-29-vr8-world1-quant-53637fb) two-shot is faster at every token count, so it is taken whenever it can
   // run. The facts are identical on every rank, so the choice is too.
   std::string twoshot_why;
   const bool twoshot_ok = algorithm_feasible(Algorithm::kTwoshot, shape, facts, &twoshot_why);
@@ -129,7 +129,7 @@ Result<Plan> choose_auto(const CallShape& shape, const StaticFacts& facts) {
   const bool pull_ok = algorithm_feasible(Algorithm::kOneshotPull, shape, facts, &pull_why);
   // World 2: two-shot's reduce-scatter and all-gather read as many bytes from the one peer as
   // oneshot_pull's single read, and synchronize twice. Measured on 2x H200 over NV18 (bench/
-  // results/2026-11-29-run6-multi-gpu, hidden 8192): pull even at 1024 tokens, 3-5% faster at
+  // results/2026-11-29-tp2-3377d9b, hidden 8192): pull even at 1024 tokens, 3-5% faster at
   // 2048-4096.
   if (facts.world == 2 && pull_ok) {
     plan.algorithm = Algorithm::kOneshotPull;

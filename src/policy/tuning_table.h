@@ -1,8 +1,8 @@
-// The tuned dispatch table (issue 4, item 4): measured choices that replace the
+// The tuned dispatch table: measured choices that replace the
 // policy's built-in crossovers on the machine they were measured on. Written by
 // `arfusion-bench --tune-out FILE`, loaded by rank 0 from $ARF_TUNING_TABLE at
 // communicator creation and shared with every rank through the rendezvous, so
-// every rank plans with the same immutable table (design rule 1).
+// every rank plans with the same immutable table (plans must be identical on every rank).
 //
 // Schema (JSON, version 1; every field required unless marked, unknown fields
 // are errors):

@@ -1,4 +1,4 @@
-// CPU reference of the quantized epilogues (issue 3): what each quant pattern must write, computed
+// CPU reference of the quantized epilogues: what each quant pattern must write, computed
 // from the dtype-ROUNDED norm_out (the bf16/fp16 bits reference_fused or the kernel's own norm
 // output produce), as the unfused contract says (design.md, numerics 5).
 //

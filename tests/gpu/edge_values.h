@@ -1,4 +1,4 @@
-// Edge-value inputs of the GPU suite (issue 5, item 5): NaN and +-Inf, and the NaN-aware
+// Edge-value inputs of the GPU suite: NaN and +-Inf, and the NaN-aware
 // comparison they need. Header-only and free of CUDA, so tests/cpu/test_edge_values.cc checks on
 // the CPU the generator, the semantics the reference gives its data and the comparison itself.
 //

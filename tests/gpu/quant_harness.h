@@ -1,4 +1,4 @@
-// The quantized patterns' part of the GPU harness (issue 3). It reuses harness.h's World, data
+// The quantized patterns' part of the GPU harness. It reuses harness.h's World, data
 // generator, HangGuard and enqueue discipline, and adds what a quantized call has on top: the
 // quant_out / scale_out / scale_in buffers, poisoned before each call (scale padding included),
 // and the checks:

@@ -1,4 +1,4 @@
-// arfPlan: identical on every rank for every shape (design rule 1: a rank that picks another
+// arfPlan: identical on every rank for every shape (a rank that picks another
 // algorithm or grid hangs its peers, as in vLLM #43616), self-consistent, and a true description of
 // what a call launches (checked by capturing the call into a CUDA graph and reading its kernels).
 #include <cuda.h>

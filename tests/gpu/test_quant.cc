@@ -1,4 +1,4 @@
-// The quantized patterns on the GPU (issue 3): every pattern and scale layout/format x algorithm x
+// The quantized patterns on the GPU: every pattern and scale layout/format x algorithm x
 // fallback level x dtype x world size, checked as quant_harness.h describes (exact against the
 // reference quantizer of the kernel's own norm, all ranks identical, levels 1/2/3 and the runs
 // with and without the norm side output identical to each other).
@@ -19,7 +19,7 @@
 // 1 + gamma and aliasing with quantized patterns (the epilogue shares that code with
 // residual_rmsnorm, tested in test_sequences.cc), CUDA graphs. Expected runtime on one H200:
 // about a minute (about 6500 calls, mostly allocation), not yet measured.
-// QuantEdge (issue 5 item 5, edge values): fp8 per-tensor with values near and past 448 * scale,
+// QuantEdge (edge values): fp8 per-tensor with values near and past 448 * scale,
 // per-token and per-group with the largest scales RMSNorm allows and huge input magnitudes.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Bounded waits (design rule 4): when one rank skips a call, its peers' kernels give up after the
+// Bounded waits (no wait may hang forever): when one rank skips a call, its peers' kernels give up after the
 // configured timeout instead of hanging, arfCommGetAsyncError reports arfTimeout naming the waiting
 // rank, the missing peer and the phase, and the failed communicator refuses later work with
 // arfCommFailed (before launching, so nothing else waits on it). Each case uses a fresh world.

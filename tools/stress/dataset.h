@@ -5,7 +5,7 @@
 // element-wise, RMSNorm is per row). A call of T tokens takes rows [offset, offset + T) of one set,
 // so its reference is a slice of the set's precomputed reference and checking a call costs a
 // comparison, not a reference computation. That keeps verification of 8 ranks' outputs fast enough
-// to check EVERY call, while set x offset still gives each call different data (the seed-004 bug is
+// to check EVERY call, while set x offset still gives each call different data (a missing-barrier bug is
 // invisible when a stale buffer happens to hold the same bits).
 #pragma once
 

@@ -2,8 +2,8 @@
 //
 // The consumer is the vLLM/SGLang trick (shared/research/ecosystem-testing.md §1.2): right after a
 // collective returns on a rank's stream, overwrite the call's inputs, as the next layer of a model
-// would reuse those buffers. A peer that still reads this rank's data after the call (the seed-004
-// bug) then reads the overwrite instead of the input. It is a kernel rather than a memset so it
+// would reuse those buffers. A peer that still reads this rank's data after the call (a missing end
+// barrier) then reads the overwrite instead of the input. It is a kernel rather than a memset so it
 // occupies SMs the way an engine's next kernel does.
 #pragma once
 

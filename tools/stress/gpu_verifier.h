@@ -1,5 +1,5 @@
 // `--verify gpu`: the checks of verify.h done by kernels on the GPU, so the soak runs at GPU speed
-// instead of the host verifier's (bench/results/2026-11-29-run3-2b0b6bb/soak.txt: 546 calls/s,
+// instead of the host verifier's (bench/results/2026-11-29-single-gpu-targets-2b0b6bb/soak.txt: 546 calls/s,
 // limited by host threads comparing bytes).
 //
 // Flow (the host verifier's, with device memory in place of pinned memory):
@@ -23,7 +23,7 @@
 // concurrently (a check stream waiting on the slot events, later a reaper thread enqueueing behind
 // host-side event waits): on the H200 with 4 and 8 virtual ranks the collectives timed out within
 // 7-150 calls, and not once in 20000 calls with the checks skipped or with 2 ranks
-// (bench/results/2026-11-29-run5-gpu-verifier/). The gate costs a drain every ring_depth steps.
+// (bench/results/2026-11-29-soak-gpu-verifier-09d0b04/). The gate costs a drain every ring_depth steps.
 //
 // Restriction: every rank on ONE device (virtual ranks), since the check kernel reads all ranks'
 // inputs and outputs; args.cc refuses --verify gpu otherwise.

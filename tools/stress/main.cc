@@ -1,5 +1,5 @@
-// arfusion-stress: the refill soak (issue 5; shared/research/ecosystem-testing.md §1.2). It exists
-// to catch the seed-004 class of bug — a rank reusing a buffer a slow peer still reads — which
+// arfusion-stress: the refill soak. It exists
+// to catch the missing-barrier class of bug — a rank reusing a buffer a slow peer still reads — which
 // unit tests with identical data per rank and per call never see. One host thread and one stream
 // per rank (8 virtual ranks on GPU 0 by default) issue back-to-back calls of every algorithm and
 // pattern with a new token count every call (both sides of every dispatch boundary), distinct data
