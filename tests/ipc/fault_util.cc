@@ -1,5 +1,6 @@
-// fault_util.h: the shared board, resource snapshots, ARF_LIFECYCLE_CYCLES. Only snapshot() calls
-// CUDA (children only); everything else runs in the parent too.
+// fault_util.h: the shared board, resource snapshots, batches of calls, the environment. Only
+// snapshot(), settled_snapshot() and the batch helpers call CUDA (children only); everything else
+// runs in the parent too.
 #include "ipc/fault_util.h"
 
 #include <dirent.h>
@@ -26,12 +27,6 @@
 
 namespace arf::ipc_test {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // The last word is the abort word: 0, or 1 + the rank that gave up.
 constexpr int kAbortWord = SharedBoard::kWords - 1;
@@ -181,6 +176,21 @@ bool snapshot(RankContext& ctx, bool with_device, ResourceSnapshot* out) {
   return true;
 }
 
+bool settled_snapshot(RankContext& ctx, ResourceSnapshot* out) {
+  if (!snapshot(ctx, true, out)) return false;
+  const Clock::time_point start = Clock::now();
+  while (seconds_since(start) < 5.0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ResourceSnapshot again;
+    if (!snapshot(ctx, true, &again)) return false;
+    const bool same = again.device_free == out->device_free;
+    *out = again;
+    if (same) return true;
+  }
+  ctx.note("device memory still changing after 5 s; using the last reading");
+  return true;
+}
+
 std::string fd_difference(const ResourceSnapshot& before, const ResourceSnapshot& after) {
   const std::set<std::string> a(before.fds.begin(), before.fds.end());
   const std::set<std::string> b(after.fds.begin(), after.fds.end());
@@ -203,6 +213,60 @@ bool wait_until_gone(pid_t pid, double timeout_seconds) {
   }
 }
 
+// ---- batches of calls ------------------------------------------------------------------------
+
+bool prepare_batch(RankContext& ctx, arfComm_t comm, cudaStream_t stream, uint64_t seed,
+                   const std::string& prefix, Batch* b) {
+  for (size_t c = 0; c < b->specs.size(); ++c) {
+    b->data.push_back(make_call_data(b->specs[c], ctx.world(), arfBFloat16, mix_seed(seed, c)));
+    b->buffers.push_back(CallBuffers::create(ctx, b->specs[c], arfBFloat16));
+    if (b->buffers.back() == nullptr || !b->buffers.back()->upload(ctx, b->data[c], stream)) {
+      return false;
+    }
+    if (comm != nullptr) {
+      check_and_publish_plan(ctx, comm, *b->buffers[c], b->specs[c],
+                             prefix + "call " + std::to_string(c) + " plan");
+    }
+  }
+  return cuda_ok(ctx, cudaStreamSynchronize(stream), "synchronize after the uploads");
+}
+
+bool enqueue(RankContext& ctx, arfComm_t comm, cudaStream_t stream, const Batch& b, size_t first,
+             size_t last) {
+  for (size_t c = first; c < last; ++c) {
+    if (const arfStatus_t st = b.buffers[c]->launch(comm, stream); st != arfSuccess) {
+      ctx.fail("call " + std::to_string(c) + " [" + b.specs[c].label() + "]: " + status_text(st));
+      return false;
+    }
+    if (!b.buffers[c]->clobber_inputs(ctx, stream)) return false;
+  }
+  return true;
+}
+
+void check_batch(RankContext& checker, const RankContext& reporter, cudaStream_t stream,
+                 const Batch& b, size_t first, size_t last, const std::string& prefix) {
+  for (size_t c = first; c < last; ++c) {
+    RankOutputs got;
+    if (!b.buffers[c]->download(checker, stream, &got)) return;
+    if (const std::string e = check_outputs(b.specs[c], arfBFloat16, b.data[c], got); !e.empty()) {
+      checker.fail(prefix + "call " + std::to_string(c) + " [" + b.specs[c].label() + "]:\n" + e);
+    }
+    publish_outputs(reporter, prefix + "call " + std::to_string(c) + " ", c, got);
+  }
+}
+
+CallSpec spec_of(arfPattern_t pattern, arfAlgorithm_t algorithm, int64_t tokens,
+                 int64_t hidden) {
+  CallSpec s;
+  s.pattern = pattern;
+  s.algorithm = algorithm;
+  s.num_tokens = tokens;
+  s.hidden = hidden;
+  return s;
+}
+
+// ---- environment -------------------------------------------------------------------------------
+
 int env_cycles(int fallback, int minimum) {
   int cycles = fallback;
   if (const char* env = std::getenv("ARF_LIFECYCLE_CYCLES"); env != nullptr && *env != '\0') {
@@ -220,6 +284,15 @@ int env_cycles(int fallback, int minimum) {
     cycles = minimum;
   }
   return cycles;
+}
+
+bool negative_control() {
+  const char* env = std::getenv("ARF_FAULTS_NEGATIVE_CONTROL");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}
+
+void default_environment() {
+  ::setenv("ARF_NCCL", "0", /*overwrite=*/0);  // before the library first looks (nccl_api.cc)
 }
 
 }  // namespace arf::ipc_test

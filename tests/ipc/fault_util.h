@@ -1,4 +1,5 @@
-// Helpers of the fault and lifecycle tests (test_ipc_faults.cc):
+// Helpers of the fault and lifecycle tests (test_ipc_kill.cc, test_ipc_lifecycle.cc,
+// test_ipc_two_comms.cc):
 //  - SharedBoard: a page of shared memory the parent maps before it forks, so that the ranks'
 //    processes can meet at points the library does not give them (a barrier before measuring
 //    device memory, "the peers have launched: die now", the victim's pid). Every wait is bounded
@@ -7,24 +8,41 @@
 //    descriptors (/proc/self/fd, with their targets for the failure message), threads
 //    (/proc/self/task), memory mappings (/proc/self/maps), resident host memory, and free device
 //    memory (cudaMemGetInfo after cudaDeviceSynchronize).
-//  - env_cycles: ARF_LIFECYCLE_CYCLES.
-// The board and the environment helpers make no CUDA call (the parent uses them); snapshot() is for
-// children only (it calls CUDA).
+//  - Batch: the calls of one rank, prepared, enqueued and checked in steps (the kill test runs a
+//    batch in parts around the fault).
+//  - env_cycles (ARF_LIFECYCLE_CYCLES), negative_control (ARF_FAULTS_NEGATIVE_CONTROL),
+//    default_environment (ARF_NCCL).
+// The board and the environment helpers make no CUDA call (the parent uses them); snapshot(),
+// settled_snapshot() and the batch helpers are for children only (they call CUDA).
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ipc/ipc_rank.h"
 #include "ipc/ipc_test_util.h"
 
 namespace arf::ipc_test {
 
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+inline constexpr int64_t kMiB = int64_t{1} << 20;
+
 // ---- the board ---------------------------------------------------------------------------------
+
+// Board waits: long enough for a slow init of four processes on one GPU, short enough that a rank
+// that never comes fails the test well inside the parent's deadline.
+inline constexpr double kBoardSeconds = 45.0;
 
 class SharedBoard {
  public:
@@ -79,6 +97,11 @@ struct ResourceSnapshot {
 // (false after ctx.fail when either fails). The host figures need no CUDA.
 bool snapshot(RankContext& ctx, bool with_device, ResourceSnapshot* out);
 
+// Free device memory once it stops changing (a dead process's context is torn down by the
+// driver, not necessarily before kill(pid, 0) reports it gone): two equal readings 100 ms apart,
+// at most 5 s. The last reading when it never settles (noted).
+bool settled_snapshot(RankContext& ctx, ResourceSnapshot* out);
+
 // Descriptors open in `after` but not in `before` (and the other way round), one per line.
 std::string fd_difference(const ResourceSnapshot& before, const ResourceSnapshot& after);
 
@@ -89,9 +112,45 @@ std::string fmt_mib(int64_t bytes);
 // timeout_seconds.
 bool wait_until_gone(pid_t pid, double timeout_seconds);
 
+// ---- batches of calls (children only) --------------------------------------------------------
+
+struct Batch {
+  std::vector<CallSpec> specs;
+  std::vector<CallData> data;
+  std::vector<std::unique_ptr<CallBuffers>> buffers;
+};
+
+// Data of every call from mix_seed(seed, c) for ctx's world, buffers allocated on the current
+// device and uploaded on `stream` (then synchronized). Plans are checked and published under
+// "<prefix>call <c> plan" when `comm` is given.
+bool prepare_batch(RankContext& ctx, arfComm_t comm, cudaStream_t stream, uint64_t seed,
+                   const std::string& prefix, Batch* b);
+
+// Calls [first, last) back to back, each followed by the overwrite of its inputs. False (after
+// ctx.fail) at the first refused launch.
+bool enqueue(RankContext& ctx, arfComm_t comm, cudaStream_t stream, const Batch& b, size_t first,
+             size_t last);
+
+// Downloads calls [first, last) (synchronizing `stream`), checks each against the reference
+// (failures on `checker`) and publishes its hashes through `reporter` as "<prefix>call <c> ...".
+void check_batch(RankContext& checker, const RankContext& reporter, cudaStream_t stream,
+                 const Batch& b, size_t first, size_t last, const std::string& prefix);
+
+CallSpec spec_of(arfPattern_t pattern, arfAlgorithm_t algorithm, int64_t tokens,
+                 int64_t hidden = static_cast<int64_t>(kMaxHidden));
+
 // ---- environment -------------------------------------------------------------------------------
 
 // ARF_LIFECYCLE_CYCLES (default `fallback`), raised to `minimum` (printed when it is).
 int env_cycles(int fallback, int minimum);
+
+// ARF_FAULTS_NEGATIVE_CONTROL=1: the tests leak every communicator instead of destroying it (the
+// failed one in IpcFault, every cycle's in the lifecycle tests), so that their resource checks
+// are seen to FAIL (descriptors, mappings, device memory). A run with it set must fail.
+bool negative_control();
+
+// Children, before the library first looks (nccl_api.cc): ARF_NCCL=0 unless ARF_NCCL is set, so
+// that a two-GPU run tests the ipc transport's own resources and builds no NCCL communicator.
+void default_environment();
 
 }  // namespace arf::ipc_test
