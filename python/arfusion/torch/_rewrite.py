@@ -1,0 +1,117 @@
+"""Graph rewriting of AllReduceFusionPass (arfusion.torch.compile): the fused arfusion op inserted
+in place of a matched all-reduce -> residual add -> RMSNorm (-> FP8 tail), its outputs rerouted to
+the users of the nodes it replaces, and the fake-tensor metadata of every node it adds.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+from . import ops as _ops
+from ._match import _NoMatch, _shape, _val
+
+aten = torch.ops.aten
+
+
+def _insert_fused(graph, x, xv, act, hidden, residual, y, norm, quant, comm,
+                  algorithm: str) -> None:
+    """Inserts the fused op reading x (the all-reduce's input), residual, the norm's weight (a ones
+    tensor when it has none) and quant's static scale after its last input, and reroutes the users
+    of y (to residual_out), of norm.out and of quant's outputs to it. _NoMatch when no position
+    keeps the graph ordered (the graph is then unchanged) or no fake mode gives the fused op's
+    metadata."""
+    # order: the fused node goes after its last input, before the first user of any output
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    inputs = [x] + [n for n in (residual, norm.weight, quant.scale_in if quant else None)
+                    if isinstance(n, fx.Node)]
+    last_input = max(inputs, key=lambda n: order[n])
+    placeholders = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
+    if placeholders and order[placeholders[-1]] > order[last_input]:
+        last_input = placeholders[-1]  # keep the graph's inputs ahead of every computation
+    replaced_outputs = [y, norm.out] + ([quant.q, quant.scale_out] if quant else [])
+    first_use = min((order[u] for o in replaced_outputs if o is not None for u in o.users),
+                    default=len(order))
+    if order[last_input] >= first_use:
+        raise _NoMatch("graph order: an input of the fused op is defined after a use of its "
+                       "outputs")
+
+    with graph.inserting_after(last_input):
+        weight_arg = norm.weight
+        if weight_arg is None:
+            weight_arg = graph.call_function(
+                aten.full.default, ([hidden], 1.0),
+                {"dtype": act, "device": xv.device, "pin_memory": False})
+            _fake_meta(weight_arg, (hidden,), act, xv)
+        if quant is None:
+            target = _ops.op("fused_add_rms_norm_out")
+            fargs = (x, residual, weight_arg, norm.eps, comm.name, norm.gamma_plus_one,
+                     norm.rounding, algorithm)
+        else:
+            with_norm = bool(set(norm.out.users) - quant.internal)
+            target = _ops.op("fused_add_rms_norm_quant")
+            fargs = (x, residual, weight_arg, quant.scale_in, norm.eps, comm.name, quant.kind,
+                     "row_major", "fp32", with_norm, norm.gamma_plus_one, norm.rounding,
+                     algorithm, 0)
+        fused = graph.call_function(target, fargs)
+        _set_fake_val(fused, target, fargs)
+        getters = []
+        count = 2 if quant is None else 4
+        with graph.inserting_after(fused):
+            for i in reversed(range(count)):
+                g = graph.call_function(operator.getitem, (fused, i))
+                g.meta["val"] = fused.meta["val"][i]
+                getters.append(g)
+        getters.reverse()
+
+    if quant is None:
+        norm_new, res_new = getters
+        norm.out.replace_all_uses_with(norm_new)
+    else:
+        q_new, s_new, res_new, norm_new = getters
+        _replace_with_view(graph, quant.q, q_new)
+        if quant.scale_out is not None:
+            _replace_with_view(graph, quant.scale_out, s_new)
+        if with_norm:
+            for u in list(norm.out.users):
+                if u not in quant.internal:
+                    u.replace_input_with(norm.out, norm_new)
+    y.replace_all_uses_with(res_new)
+
+
+def _fake_meta(node, shape, dtype, like):
+    mode = _fake_mode([like])
+    if mode is not None:
+        with mode:
+            node.meta["val"] = torch.empty(shape, dtype=dtype, device=like.device)
+
+
+def _fake_mode(vals):
+    from torch._guards import detect_fake_mode
+
+    return detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+
+
+def _set_fake_val(node, target, args):
+    vals = [_val(a) if isinstance(a, fx.Node) else a for a in args]
+    mode = _fake_mode(vals)
+    if mode is None:
+        raise _NoMatch("no fake mode to compute the fused op's metadata")
+    with mode:
+        node.meta["val"] = target(*vals)
+
+
+def _replace_with_view(graph, old: fx.Node, new: fx.Node) -> None:
+    """Reroute old's users to new, through a view when the shapes differ (same numel)."""
+    old_shape, new_shape = _shape(old), _shape(new)
+    if old_shape == new_shape:
+        old.replace_all_uses_with(new)
+        return
+    with graph.inserting_after(new):
+        v = graph.call_function(aten.view.default, (new, list(old_shape)))
+        mode = _fake_mode([_val(new)])
+        with mode:
+            v.meta["val"] = _val(new).view(old_shape)
+    old.replace_all_uses_with(v)
