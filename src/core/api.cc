@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "arfusion/arfusion.h"
+#include "base/status.h"
 #include "core/abi.h"
 #include "core/api_internal.h"
 #include "core/communicator.h"
-#include "core/quant_rules.h"
-#include "core/status.h"
 #include "core/env_placement.h"
 #include "core/nccl_api.h"
+#include "core/quant_rules.h"
 #include "transport/ipc_bootstrap.h"
 #include "transport/local.h"
 

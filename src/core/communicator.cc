@@ -12,7 +12,7 @@
 #include <optional>
 #include <thread>
 
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 #include "core/quant_rules.h"
 #include "kernels/launch.h"
 #include "policy/policy.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "arfusion/arfusion.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "core/nccl_api.h"
 #include "core/stream_order_check.h"
 #include "core/validate.h"

@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace arf {
 

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace arf::nccl {
 namespace {

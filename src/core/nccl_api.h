@@ -9,7 +9,7 @@
 #include <string>
 
 #include "arfusion/arfusion.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "kernels/kernel_params.h"
 
 namespace arf::nccl {

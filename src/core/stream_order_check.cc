@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace arf {
 namespace {

@@ -10,7 +10,7 @@
 #include <functional>
 
 #include "arfusion/arfusion.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "policy/plan.h"
 
 namespace arf {

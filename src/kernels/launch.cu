@@ -10,7 +10,7 @@
 
 #include <algorithm>
 
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/kernel_params.h"
 #include "kernels/protocol.cuh"
 #include "kernels/vec.cuh"

@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/launch.h"
 #include "kernels/oneshot_lamport.cuh"
 #include "kernels/oneshot_pull.cuh"

@@ -6,7 +6,7 @@
 
 #include <functional>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "kernels/kernel_params.h"
 #include "policy/plan.h"
 

@@ -1,7 +1,7 @@
 // Kernels of the ipc init probe (peer_probe.h).
 #include "kernels/peer_probe.h"
 
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace arf {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "core/status.h"
-#include "kernels/host_device.h"
+#include "base/host_device.h"
+#include "base/status.h"
 #include "kernels/kernel_params.h"
 
 namespace arf {

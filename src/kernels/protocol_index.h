@@ -7,7 +7,7 @@
 
 #include "kernels/kernel_params.h"
 
-#include "kernels/host_device.h"
+#include "base/host_device.h"
 
 namespace arf::protocol {
 

@@ -34,7 +34,7 @@
 #include <cuda_fp8.h>
 #endif
 
-#include "kernels/host_device.h"
+#include "base/host_device.h"
 
 namespace arf::quant {
 

@@ -20,7 +20,9 @@
 
 #include <cstdint>
 
-#include "kernels/quant_formats.h"  // ARF_HD
+#include "base/host_device.h"
+#include "base/int_math.h"
+#include "kernels/quant_formats.h"
 
 namespace arf::quant {
 
@@ -35,9 +37,6 @@ inline constexpr int kSwizzleTileBytes = kSwizzleTileRows * kSwizzleTileCols;
 enum class ScaleLayout : int { kRowMajor = 0, kMnMajor = 1, kSwizzled128x4 = 2 };
 // Scale element storage: fp32 values, or one-byte codes (UE8M0 exponents, NVFP4 e4m3 codes).
 enum class ScaleStorage : int { kFp32 = 0, kByte = 1 };
-
-ARF_HD constexpr int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
-ARF_HD constexpr int64_t round_up(int64_t x, int64_t m) { return ceil_div(x, m) * m; }
 
 // ---- per-layout offsets (in scale elements for fp32 layouts, in bytes for byte layouts) --------
 

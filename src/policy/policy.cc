@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "base/int_math.h"
 #include "kernels/launch.h"
 
 namespace arf {
@@ -18,9 +19,6 @@ namespace {
 
 constexpr int64_t kKiB = 1024;
 constexpr int64_t kMiB = 1024 * kKiB;
-
-constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 const char* algorithm_name(Algorithm a) {
   switch (a) {

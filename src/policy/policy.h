@@ -4,7 +4,7 @@
 // because plan.h is included by every kernel translation unit and the table is host-only.
 #pragma once
 
-#include "core/status.h"
+#include "base/status.h"
 #include "policy/plan.h"
 #include "policy/tuning_table.h"
 

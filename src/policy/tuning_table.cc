@@ -11,6 +11,8 @@
 #include <sstream>
 #include <utility>
 
+#include "base/int_math.h"
+
 namespace arf {
 namespace {
 
@@ -241,8 +243,6 @@ Status parse_document(const json& doc, TuningTable* table) {
   }
   return Status::ok();
 }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 

@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "kernels/kernel_params.h"
 
 namespace arf {

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace arf::cumem {
 namespace {

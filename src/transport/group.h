@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "kernels/kernel_params.h"
 #include "transport/call_signature.h"
 #include "transport/workspace.h"

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/peer_probe.h"
 #include "transport/ipc_bootstrap.h"
 #include "transport/shared_call_log.h"

@@ -19,7 +19,7 @@
 #include <memory>
 
 #include "arfusion/arfusion.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "transport/group.h"
 #include "transport/workspace.h"
 

@@ -30,7 +30,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace arf::ipc {
 

@@ -16,7 +16,7 @@
 #include <set>
 #include <thread>
 
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace arf::local {
 namespace {

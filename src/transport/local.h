@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "arfusion/arfusion.h"
-#include "core/status.h"
+#include "base/status.h"
+#include "kernels/kernel_params.h"
 #include "transport/call_signature.h"
 #include "transport/group.h"
-#include "kernels/kernel_params.h"
 #include "transport/workspace.h"
 
 namespace arf::local {

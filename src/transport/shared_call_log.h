@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "transport/call_signature.h"
 #include "transport/ipc_bootstrap.h"
 

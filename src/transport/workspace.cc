@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/cuda_check.h"
+#include "base/cuda_check.h"
 #include "kernels/launch.h"
 
 namespace arf {

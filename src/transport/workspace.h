@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "kernels/kernel_params.h"
 #include "transport/cumem.h"
 
