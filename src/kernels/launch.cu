@@ -1,4 +1,4 @@
-// launch(): turns a Plan into kernel launches. The typed launchers are defined in launch.cuh and
+// launch(): turns a LaunchPlan into kernel launches. The typed launchers are defined in launch.cuh and
 // instantiated per (dtype, algorithm, pattern group) in instantiate_*.cu; this file only routes:
 //   one kernel           fused algorithm with the pattern's epilogue
 //   unfused / level 3    all-reduce kernel -> local epilogue kernel (norm [+ quant])
@@ -41,7 +41,7 @@ inline constexpr bool kAllKernels = true;
 // The second kernel of a split call waits for nobody and keeps no per-CTA state: a streaming
 // kernel with the plan's epilogue grid (policy.h, protocol_free_grid_cap), whatever the first
 // kernel's co-residency cap (rows are independent: same bits for any grid).
-int epilogue_grid(const Plan& plan, const KernelParams& params) {
+int epilogue_grid(const LaunchPlan& plan, const KernelParams& params) {
   const int64_t rows = std::max<int64_t>(params.num_rows, 1);
   return static_cast<int>(std::clamp<int64_t>(plan.epilogue_grid, 1, std::min<int64_t>(rows, kMaxProtocolFreeGrid)));
 }
@@ -89,7 +89,7 @@ Status launch_epilogue_kernel(int grid, int block, Pattern pattern, const Kernel
 // scratch when a quantized pattern has no norm side output); the epilogue kernel then reads it and
 // overwrites it row by row with the norm.
 template <typename T>
-Status launch_unfused(const Plan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream,
+Status launch_unfused(const LaunchPlan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream,
                       const BetweenKernels& between_kernels) {
   KernelParams ar = params;
   if (pattern != Pattern::kAllReduce) {
@@ -107,7 +107,7 @@ Status launch_unfused(const Plan& plan, Pattern pattern, const KernelParams& par
 // Level 2: the fused all-reduce + residual + RMSNorm kernel writes the norm (into norm_out, or the
 // local scratch), then the quantize-only kernel reads it back.
 template <typename T>
-Status launch_level2(const Plan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream,
+Status launch_level2(const LaunchPlan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream,
                      const BetweenKernels& between_kernels) {
   KernelParams norm = params;
   if (norm.norm_out == nullptr) norm.norm_out = params.scratch;
@@ -122,7 +122,7 @@ Status launch_level2(const Plan& plan, Pattern pattern, const KernelParams& para
 }
 
 template <typename T>
-Status launch_typed(const Plan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream,
+Status launch_typed(const LaunchPlan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream,
                     const BetweenKernels& between_kernels) {
   if (plan.block <= 0 || plan.block > kMaxBlockThreads || plan.block % 32 != 0 || plan.grid <= 0) {
     return internal_error("plan has an invalid launch shape");
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(32, 1) shared_device_gate_kernel(const KernelP
 
 // The plan owes the gate whenever ranks share a GPU (captured calls too: the graph replays it).
 // The negative-control build without it keeps the protocol that deadlocks.
-bool needs_gate(const Plan& plan) {
+bool needs_gate(const LaunchPlan& plan) {
 #if defined(ARF_NEGATIVE_CONTROL_NO_SHARED_DEVICE_GATE)
   (void)plan;
   return false;
@@ -188,7 +188,7 @@ Status preload_typed(int world) {
 
 }  // namespace
 
-Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams& params,
+Status launch(const LaunchPlan& plan, Pattern pattern, DType dtype, const KernelParams& params,
               cudaStream_t stream, const BetweenKernels& between_kernels) {
   if (needs_gate(plan)) {
     ARF_RETURN_IF_ERROR(launch_gate(params, stream));
@@ -205,7 +205,7 @@ Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams
   }
 }
 
-Status launch_epilogue(const Plan& plan, Pattern pattern, DType dtype, const KernelParams& params,
+Status launch_epilogue(const LaunchPlan& plan, Pattern pattern, DType dtype, const KernelParams& params,
                        cudaStream_t stream) {
   if (pattern == Pattern::kAllReduce) return internal_error("allreduce has no epilogue");
   switch (dtype) {

@@ -8,14 +8,9 @@
 
 #include "base/status.h"
 #include "kernels/kernel_params.h"
-#include "policy/plan.h"
+#include "kernels/launch_plan.h"
 
 namespace arf {
-
-// Threads per CTA for a row of row_elems columns: one 16-byte vector per thread up to
-// kMaxBlockThreads, then up to kMaxVecsPerThread vectors each. A pure function of the shape, shared
-// by the planner and the launcher so that fused and unfused kernels reduce a row identically.
-int block_threads_for_row(int row_elems);
 
 // Kernels are compiled in pattern groups so the quantized epilogues live in their own TUs;
 // kQuantOnly is fallback level 2's second kernel (local epilogue kernels only).
@@ -28,14 +23,14 @@ using BetweenKernels = std::function<Status()>;
 // Enqueues the plan on `stream`. Preconditions: params validated by the host (validate.h), plan from
 // the policy for the same shape. Unfused: the all-reduce kernel writes the sum into norm_out (pattern
 // residual_rmsnorm) and the epilogue kernel then reads it back. Graph-capture safe.
-Status launch(const Plan& plan, Pattern pattern, DType dtype, const KernelParams& params,
+Status launch(const LaunchPlan& plan, Pattern pattern, DType dtype, const KernelParams& params,
               cudaStream_t stream, const BetweenKernels& between_kernels = {});
 
 // The epilogue kernel alone (residual add + RMSNorm, + quantization for quantized patterns) over
 // params.input, which already holds the all-reduced rows in the activation dtype: the second
 // kernel of the `nccl` algorithm, with the same grid rule as the unfused path's. Pattern allreduce
 // has no epilogue (InternalError). Graph-capture safe.
-Status launch_epilogue(const Plan& plan, Pattern pattern, DType dtype, const KernelParams& params,
+Status launch_epilogue(const LaunchPlan& plan, Pattern pattern, DType dtype, const KernelParams& params,
                        cudaStream_t stream);
 
 // Loads every kernel a communicator of `world` ranks and `dtype` can launch (cudaFuncGetAttributes

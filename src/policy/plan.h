@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/kernel_params.h"
+#include "kernels/launch_plan.h"
 
 namespace arf {
 
@@ -40,25 +41,15 @@ struct CallShape {
   int64_t num_rows = 0;
 };
 
-struct Plan {
-  Algorithm algorithm = Algorithm::kOneshotLamport;  // never kAuto
-  Algorithm inner_allreduce = Algorithm::kOneshotLamport;  // unfused: the all-reduce kernel's algorithm
+// The launch part (LaunchPlan: algorithm, inner_allreduce, grid, block, epilogue_grid,
+// shared_device_gate) plus what the planner decides for its callers.
+struct Plan : LaunchPlan {
   int num_kernels = 1;
-  int grid = 1;    // CTAs, identical on every rank
-  int block = 32;  // threads per CTA
-  // CTAs of the second kernel of a two-kernel plan (unfused, nccl, level 2/3: a streaming kernel
-  // without a protocol, policy.h protocol_free_grid_cap); also set, unused, for one-kernel plans.
-  int epilogue_grid = 1;
   bool forced = false;
   // Quantized patterns: 1 = one kernel (all-reduce + norm + quant, algorithm fused); 2 = the fused
   // algorithm writes the norm, then a quant kernel; 3 = algorithm kUnfused: the inner all-reduce
   // kernel, then norm + quant. Other patterns: always 1 (their unfused split is algorithm kUnfused).
   int fallback_level = 1;
-  // Ranks share a GPU (virtual ranks): the one-CTA shared-device gate kernel runs before the
-  // collective kernel (launch.cu; not counted in num_kernels, which counts the call's collective
-  // and epilogue kernels). Decided from the agreed facts, so it is the same on every rank, also on
-  // one that has its GPU to itself (its gate waits for nobody).
-  bool shared_device_gate = false;
   std::string reason;
 };
 

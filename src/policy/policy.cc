@@ -2,8 +2,8 @@
 // sym_kernels.cc. Everything here is a pure function of (CallShape, StaticFacts, TuningTable): no
 // timing, no device queries, no
 // per-rank state, so every rank computes the same Plan (vLLM #43616 hung because
-// per-rank launch shapes diverged). block_threads_for_row (declared in launch.h) lives here too so
-// that the planner, the launcher and the CPU tests share one definition that needs no CUDA.
+// per-rank launch shapes diverged). The block size comes from kernels/launch_plan.h
+// (block_threads_for_row), the one definition the planner, the launcher and the CPU tests share.
 #include "policy/policy.h"
 
 #include <algorithm>
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "base/int_math.h"
-#include "kernels/launch.h"
+#include "kernels/launch_plan.h"
 
 namespace arf {
 namespace {
@@ -150,15 +150,6 @@ Result<Plan> choose_auto(const CallShape& shape, const StaticFacts& facts) {
 }
 
 }  // namespace
-
-int block_threads_for_row(int row_elems) {
-  if (row_elems <= 0) return 0;
-  const int64_t vecs = ceil_div(row_elems, kElemsPerVec);
-  const int64_t threads = std::min<int64_t>(kMaxBlockThreads, round_up(vecs, 32));
-  // Past kMaxHidden a thread would need more than kMaxVecsPerThread vectors (registers it lacks).
-  if (vecs > threads * kMaxVecsPerThread) return 0;
-  return static_cast<int>(threads);
-}
 
 int co_resident_grid_cap(const StaticFacts& facts) {
   // Spinning CTAs of every rank sharing a device must all be resident at once, or a waiting CTA can

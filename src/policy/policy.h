@@ -1,7 +1,7 @@
 // Policy: feasibility -> tuned table (if any) -> default limits -> choice. A pure function of
 // (CallShape, StaticFacts, TuningTable): no timing, no runtime state, so every rank computes the
-// same Plan (algorithm AND grid). The table is a separate argument rather than a StaticFacts field
-// because plan.h is included by every kernel translation unit and the table is host-only.
+// same Plan (algorithm AND grid). The table is a separate argument rather than a StaticFacts field:
+// the facts are a small value every rank agrees on field by field, the table a host-only document.
 #pragma once
 
 #include "base/status.h"

@@ -1,0 +1,43 @@
+// What the launcher (launch.h) reads of a call's plan: which kernels run, with which grids and
+// block. The planner (policy/plan.h) extends it with what only it and its callers read (kernel
+// count, fallback level, forced, reason); the launcher never sees those, so kernels need nothing
+// from the policy layer. Host C++ only.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "base/int_math.h"
+#include "kernels/kernel_params.h"
+
+namespace arf {
+
+struct LaunchPlan {
+  Algorithm algorithm = Algorithm::kOneshotLamport;  // never kAuto
+  Algorithm inner_allreduce = Algorithm::kOneshotLamport;  // unfused: the all-reduce kernel's algorithm
+  int grid = 1;    // CTAs, identical on every rank
+  int block = 32;  // threads per CTA
+  // CTAs of the second kernel of a two-kernel plan (unfused, nccl, level 2/3: a streaming kernel
+  // without a protocol, policy.h protocol_free_grid_cap); also set, unused, for one-kernel plans.
+  int epilogue_grid = 1;
+  // Ranks share a GPU (virtual ranks): the one-CTA shared-device gate kernel runs before the
+  // collective kernel (launch.cu; not counted in Plan::num_kernels, which counts the call's
+  // collective and epilogue kernels). Decided from the agreed facts, so it is the same on every
+  // rank, also on one that has its GPU to itself (its gate waits for nobody).
+  bool shared_device_gate = false;
+};
+
+// Threads per CTA for a row of row_elems columns: one 16-byte vector per thread up to
+// kMaxBlockThreads, then up to kMaxVecsPerThread vectors each; 0 when no block can hold the row.
+// A pure function of the shape, shared by the planner and the launcher so that fused and unfused
+// kernels reduce a row identically.
+inline int block_threads_for_row(int row_elems) {
+  if (row_elems <= 0) return 0;
+  const int64_t vecs = ceil_div(row_elems, kElemsPerVec);
+  const int64_t threads = std::min<int64_t>(kMaxBlockThreads, round_up(vecs, 32));
+  // Past kMaxHidden a thread would need more than kMaxVecsPerThread vectors (registers it lacks).
+  if (vecs > threads * kMaxVecsPerThread) return 0;
+  return static_cast<int>(threads);
+}
+
+}  // namespace arf
