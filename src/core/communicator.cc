@@ -21,6 +21,10 @@
 #include "transport/workspace.h"
 
 namespace arf {
+
+// Kernels write these codes into the error records that async_error reports as arfStatus_t.
+static_assert(kErrorCodeTimeout == arfTimeout && kErrorCodeInternal == arfInternal);
+
 namespace {
 
 constexpr double kDefaultTimeoutSeconds = 10.0;

@@ -8,6 +8,8 @@ namespace arf {
 static_assert(arfScaleRowMajor == static_cast<int>(quant::ScaleLayout::kRowMajor) &&
               arfScaleMnMajor == static_cast<int>(quant::ScaleLayout::kMnMajor) &&
               arfScaleSwizzled128x4 == static_cast<int>(quant::ScaleLayout::kSwizzled128x4));
+static_assert(arfScaleFp32 == kScaleFormatFp32 && arfScaleUe8m0AsFp32 == kScaleFormatUe8m0AsFp32 &&
+              arfScaleUe8m0Packed == kScaleFormatUe8m0Packed);
 static_assert(arfPatternResidualRmsNormFp8PerTensor == static_cast<int>(Pattern::kFp8PerTensor) &&
               arfPatternResidualRmsNormFp8PerToken == static_cast<int>(Pattern::kFp8PerToken) &&
               arfPatternResidualRmsNormFp8PerGroup == static_cast<int>(Pattern::kFp8PerGroup) &&

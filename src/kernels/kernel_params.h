@@ -46,6 +46,18 @@ enum class Pattern : int {
 };
 inline constexpr bool is_quant_pattern(Pattern p) { return static_cast<int>(p) >= 2; }
 
+// The codes a kernel writes into ErrorRecord::code: the values of arfTimeout and arfInternal
+// (core/communicator.cc asserts that they are equal), spelled here so device code needs nothing
+// from the public header.
+inline constexpr int32_t kErrorCodeTimeout = 5;
+inline constexpr int32_t kErrorCodeInternal = 6;
+
+// KernelParams::scale_format values: arfScaleFormat_t's (core/quant_rules.cc asserts that they are
+// equal).
+inline constexpr int kScaleFormatFp32 = 0;
+inline constexpr int kScaleFormatUe8m0AsFp32 = 1;
+inline constexpr int kScaleFormatUe8m0Packed = 2;
+
 // Phases named in timeout and integrity reports (ErrorRecord::phase).
 enum class Phase : int {
   kNone = 0,
@@ -80,8 +92,8 @@ struct ControlBlock {
 // (`claim` is taken with a compare-and-swap); the detail fields are written next and `code` last,
 // after a system fence, so a host that sees a non-zero code sees the complete record.
 struct ErrorRecord {
-  int32_t code;   // 0 = none, else an arfStatus_t (arfTimeout, or arfInternal for an integrity
-                  // failure); published last
+  int32_t code;   // 0 = none, else kErrorCodeTimeout, or kErrorCodeInternal for an integrity
+                  // failure (arfStatus_t values); published last
   int32_t claim;  // 0 until the first failing wait claims the record
   int32_t rank;
   int32_t peer;
@@ -137,7 +149,7 @@ struct KernelParams {
   void* scale_out;
   const float* scale_in;  // FP8 per-tensor scale / NVFP4 global scale (device)
   int scale_layout;       // quant::ScaleLayout
-  int scale_format;       // arfScaleFormat_t (FP8 per-group)
+  int scale_format;       // kScaleFormat* (arfScaleFormat_t; FP8 per-group)
   int fallback_level;     // 1, 2 or 3 for quantized patterns (launch.cu), else 1
   // Local [capacity] scratch rows: the all-reduced or normed rows between the kernels of fallback
   // levels 2 and 3 when the caller passes no norm_out. Only this rank touches it.

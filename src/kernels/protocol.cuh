@@ -5,7 +5,6 @@
 
 #include <cstdint>
 
-#include "arfusion/arfusion.h"
 #include "kernels/kernel_params.h"
 #include "kernels/protocol_index.h"
 
@@ -65,7 +64,7 @@ __device__ __forceinline__ uint64_t current_call(const KernelParams& p) {
 
 // Claims the rank's error record (the first failure wins), fills in the details, and raises the
 // local abort word so every other wait of this rank gives up at once instead of each row or
-// barrier waiting out its own timeout. `code` is arfTimeout or arfInternal.
+// barrier waiting out its own timeout. `code` is kErrorCodeTimeout or kErrorCodeInternal.
 __device__ __forceinline__ void record_failure(const KernelParams& p, int32_t code, int peer,
                                                Phase phase, uint32_t epoch, uint32_t seen_call) {
   atomicExch(&p.ctrl->abort, 1u);
@@ -91,14 +90,14 @@ __device__ __forceinline__ void record_failure(const KernelParams& p, int32_t co
 
 __device__ __forceinline__ void record_timeout(const KernelParams& p, int peer, Phase phase,
                                                uint32_t epoch) {
-  record_failure(p, static_cast<int32_t>(arfTimeout), peer, phase, epoch, 0);
+  record_failure(p, kErrorCodeTimeout, peer, phase, epoch, 0);
 }
 
 // The per-call integrity check failed: `peer` published call `seen_call` where this rank is in
 // another call. Reported as arfInternal (a protocol slip is a bug in arfusion, never the caller's).
 __device__ __forceinline__ void record_integrity_failure(const KernelParams& p, int peer, Phase phase,
                                                          uint32_t epoch, uint32_t seen_call) {
-  record_failure(p, static_cast<int32_t>(arfInternal), peer, phase, epoch, seen_call);
+  record_failure(p, kErrorCodeInternal, peer, phase, epoch, seen_call);
 }
 
 // True once any wait of this rank expired. Kernels then do nothing at all — in particular they stop

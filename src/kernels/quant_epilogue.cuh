@@ -12,7 +12,6 @@
 
 #include <type_traits>
 
-#include "arfusion/arfusion.h"
 #include "kernels/quant_formats.h"
 #include "kernels/quant_layout.h"
 #include "kernels/row_epilogue.cuh"
@@ -199,7 +198,7 @@ struct ScaleAddr32 {
 struct Fp8PerGroupQuant {
   static constexpr int kGroupVecs = quant::kFp8GroupElems / kElemsPerVec;
   __device__ static quant::ScaleStorage storage(const KernelParams& p) {
-    return p.scale_format == arfScaleUe8m0Packed ? quant::ScaleStorage::kByte : quant::ScaleStorage::kFp32;
+    return p.scale_format == kScaleFormatUe8m0Packed ? quant::ScaleStorage::kByte : quant::ScaleStorage::kFp32;
   }
   struct Cta {
     ScaleAddr32 addr;
@@ -214,8 +213,8 @@ struct Fp8PerGroupQuant {
   __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v,
                                   const Cta& cta, Reducer&) {
     char* const scale_row = static_cast<char*>(p.scale_out) + cta.addr.row_part(static_cast<int>(s.row));
-    const bool fp32_scale = p.scale_format == arfScaleFp32;
-    const bool byte_scale = p.scale_format == arfScaleUe8m0Packed;
+    const bool fp32_scale = p.scale_format == kScaleFormatFp32;
+    const bool byte_scale = p.scale_format == kScaleFormatUe8m0Packed;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       const float amax = lanes_reduce<kGroupVecs, MaxOp>(vec_amax<T, kVecs>(s, v, k));
