@@ -25,6 +25,9 @@ inline constexpr int kMaxVecsPerThread = 4;
 inline constexpr int kElemsPerVec = 8;  // 16 bytes of bf16/fp16
 inline constexpr int kMaxHidden = kMaxBlockThreads * kMaxVecsPerThread * kElemsPerVec;
 inline constexpr int kLamportBuffers = 3;  // why three: protocol.cuh
+// The Lamport sentinel, -0.0 in both bf16 and fp16: an empty slot (the workspace is filled with it,
+// data never carries it, vec.cuh canonicalises).
+inline constexpr uint32_t kNegZeroBits = 0x8000u;
 
 enum class DType : int { kBf16 = 0, kFp16 = 1, kFp32 = 2 };
 enum class Algorithm : int {

@@ -38,7 +38,4 @@ Status launch_epilogue(const LaunchPlan& plan, Pattern pattern, DType dtype, con
 // loads it, which on a GPU shared by several ranks waits behind peers' spinning kernels.
 Status preload_kernels(int world, DType dtype);
 
-// Fills `count` elements at `ptr` with -0.0 of dtype (Lamport sentinel) on the current device.
-Status fill_negative_zero(void* ptr, int64_t count, DType dtype, cudaStream_t stream);
-
 }  // namespace arf

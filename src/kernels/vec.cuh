@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-namespace arf {
+#include "kernels/kernel_params.h"  // kNegZeroBits
 
-inline constexpr uint32_t kNegZeroBits = 0x8000u;  // -0.0 in both bf16 and fp16
+namespace arf {
 
 template <typename T>
 struct DTypeOps;

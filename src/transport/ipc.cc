@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "base/cuda_check.h"
-#include "kernels/peer_probe.h"
 #include "transport/ipc_bootstrap.h"
+#include "transport/peer_probe.h"
 #include "transport/shared_call_log.h"
 
 namespace arf::ipc {

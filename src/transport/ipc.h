@@ -3,7 +3,7 @@
 // bootstrap (transport/ipc_bootstrap.h: abstract Unix socket keyed by the id, owning user only)
 // exchanges facts and descriptors; every rank imports, maps and access-enables every peer's
 // workspace and maps every peer's ErrorRecord read-only. Then a real write/read probe runs on every
-// pair (kernels/peer_probe.h) and all ranks agree: the group forms on every rank or on none.
+// pair (transport/peer_probe.h) and all ranks agree: the group forms on every rank or on none.
 //
 // Agreement: every failure after the bootstrap formed is exchanged before anyone gives up, so all
 // ranks return the same verdict (naming the rank that failed and why) instead of some timing out.

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "base/cuda_check.h"
-#include "kernels/launch.h"
+#include "transport/lamport_fill.h"
 
 namespace arf {
 namespace {

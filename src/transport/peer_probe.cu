@@ -1,5 +1,5 @@
 // Kernels of the ipc init probe (peer_probe.h).
-#include "kernels/peer_probe.h"
+#include "transport/peer_probe.h"
 
 #include "base/cuda_check.h"
 
