@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "reference/cpu_reference.h"
+#include "export/reference_api.h"
 
 namespace arf::bench {
 namespace {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "arfusion/arfusion.h"
-#include "kernels/kernel_params.h"
+#include "export/tool_api.h"
 
 namespace arf::bench {
 

@@ -6,8 +6,8 @@
 #include <numeric>
 #include <thread>
 
+#include "export/reference_api.h"
 #include "output_hash.h"
-#include "reference/cpu_reference.h"
 
 namespace arf::bench {
 namespace {

@@ -4,9 +4,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "export/reference_api.h"
 #include "output_hash.h"
-#include "reference/cpu_reference.h"
-#include "reference/quant_reference.h"
 
 namespace arf::bench {
 namespace {

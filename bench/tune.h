@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "policy/tuning_table.h"
+#include "export/tool_api.h"
 #include "results.h"
 
 namespace arf::bench {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/ipc_bootstrap.h"
+#include "export/tool_api.h"
 
 namespace arf::testing {
 

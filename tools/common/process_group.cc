@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/env_placement.h"
+#include "export/tool_api.h"
 
 namespace arf {
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <sstream>
 
-#include "core/env_placement.h"
+#include "export/tool_api.h"
 #include "schedule.h"
 
 namespace arf::stress {

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <thread>
 
-#include "reference/cpu_reference.h"
+#include "export/reference_api.h"
 #include "schedule.h"
 
 namespace arf::stress {

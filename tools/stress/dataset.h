@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/kernel_params.h"
+#include "export/tool_api.h"
 
 namespace arf::stress {
 

@@ -1,7 +1,7 @@
 // The GPU verifier's first bad record as the host verifier's Mismatch (gpu_report.h).
 #include "gpu_report.h"
 
-#include "reference/cpu_reference.h"
+#include "export/reference_api.h"
 
 namespace arf::stress {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "dataset.h"
-#include "reference/cpu_reference.h"
+#include "export/reference_api.h"
 #include "summary.h"
 #include "verify.h"
 

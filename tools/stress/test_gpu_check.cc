@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "dataset.h"
+#include "export/reference_api.h"
 #include "gpu_check.h"
 #include "gpu_report.h"
-#include "reference/cpu_reference.h"
 #include "verify.h"
 
 namespace arf::stress {

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "reference/cpu_reference.h"
+#include "export/reference_api.h"
 
 namespace arf::stress {
 namespace {
