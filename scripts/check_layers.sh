@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Include lint: the layers of src/ point one way, and tools reach the library only through the
+# public headers or the exported internal interface. Reads #include lines only (no build, well
+# under a second); exit 1 naming every include that breaks a rule. Run by .ci/run.
+#
+# A quoted include in src/ is written from src/ or include/ ("kernels/launch.h",
+# "arfusion/arfusion.h") and must exist there. Allowed, per directory of the including file
+# (std, CUDA, NCCL and third-party headers in <...> are allowed everywhere; an internal header in
+# <...> is judged like a quoted one):
+#
+#   include/arfusion/  include/ only: the public headers stand alone.
+#   src/base/          base/, and arfusion/arfusion.h (the status codes Status carries).
+#   src/kernels/       base/, kernels/. No policy, no transport, no public header.
+#   src/policy/        base/, kernels/, policy/.
+#   src/transport/     base/, kernels/kernel_params.h (the workspace layout and the records its
+#                      kernels fill), transport/, arfusion/arfusion.h (ids, status codes). Never
+#                      the launcher: the transport's own kernels live in src/transport/*.cu.
+#   src/reference/     base/, the kernels' host+device headers (kernel_params.h, quant_formats.h,
+#                      quant_layout.h, protocol_index.h), reference/.
+#   src/core/          anything in src/ except export/, and include/.
+#   src/export/        anything in src/ and include/: the interface it re-exports.
+#   tools/, bench/     include/ (arfusion/...), src/export/ (export/...), and files of tools/ or
+#                      bench/ (beside the including file or in tools/common/).
+#   examples/          include/ only.
+#   tests/             anything (not checked).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fail=0
+root=$(pwd)
+layers="base core kernels policy transport reference export"
+
+violation() {  # file line include why
+  echo "check_layers: $1:$2: #include \"$3\": $4"
+  fail=1
+}
+
+# The rule of a directory of src/ or include/, as space-separated allowed prefixes (a prefix
+# ending in / allows a directory, anything else one exact header).
+allowed_in() {
+  case "$1" in
+    include) echo "arfusion/" ;;
+    base) echo "base/ arfusion/arfusion.h" ;;
+    kernels) echo "base/ kernels/" ;;
+    policy) echo "base/ kernels/ policy/" ;;
+    transport) echo "base/ kernels/kernel_params.h transport/ arfusion/arfusion.h" ;;
+    reference) echo "base/ kernels/kernel_params.h kernels/quant_formats.h kernels/quant_layout.h kernels/protocol_index.h reference/" ;;
+    core) echo "base/ kernels/ policy/ transport/ reference/ core/ arfusion/" ;;
+    export) echo "base/ kernels/ policy/ transport/ reference/ core/ export/ arfusion/" ;;
+    *) echo "" ;;
+  esac
+}
+
+matches_rule() {  # include rule...
+  local inc=$1 p
+  shift
+  for p in "$@"; do
+    if [[ $p == */ ]]; then
+      [[ $inc == "$p"* ]] && return 0
+    else
+      [[ $inc == "$p" ]] && return 0
+    fi
+  done
+  return 1
+}
+
+is_internal() {  # include: names a header of a src/ layer
+  local first=${1%%/*}
+  [[ $1 == */* ]] && [[ " $layers " == *" $first "* ]]
+}
+
+check_library_file() {  # file line include quoted(0/1) dir
+  local file=$1 line=$2 inc=$3 quoted=$4 dir=$5
+  if [[ $quoted == 0 ]] && ! is_internal "$inc" && [[ $inc != arfusion/* ]]; then
+    return 0  # a system or third-party header
+  fi
+  if [[ ! -f src/$inc && ! -f include/$inc ]]; then
+    violation "$file" "$line" "$inc" "no such header under src/ or include/"
+    return 0
+  fi
+  # shellcheck disable=SC2046
+  if ! matches_rule "$inc" $(allowed_in "$dir"); then
+    violation "$file" "$line" "$inc" "$dir may include only: $(allowed_in "$dir")"
+  fi
+}
+
+check_tool_file() {  # file line include quoted(0/1)
+  local file=$1 line=$2 inc=$3 quoted=$4
+  [[ $inc == arfusion/* || $inc == export/* ]] && return 0
+  if [[ $quoted == 0 ]]; then
+    is_internal "$inc" && violation "$file" "$line" "$inc" \
+      "tools and bench include only include/, src/export/ and their own files"
+    return 0
+  fi
+  local here resolved
+  here=$(dirname "$file")
+  for candidate in "$here/$inc" "tools/common/$inc"; do
+    if [[ -f $candidate ]]; then
+      resolved=$(realpath -m --relative-to="$root" "$candidate")
+      if [[ $resolved == tools/* || $resolved == bench/* ]]; then
+        return 0
+      fi
+    fi
+  done
+  violation "$file" "$line" "$inc" "tools and bench include only include/, src/export/ and their own files"
+}
+
+checked=0
+while IFS= read -r file; do
+  case "$file" in
+    include/*) kind=library dir=include ;;
+    src/*)
+      dir=${file#src/}
+      dir=${dir%%/*}
+      kind=library
+      if [[ -z $(allowed_in "$dir") ]]; then
+        echo "check_layers: $file: src/$dir/ is not a known layer (add its rule to this script)"
+        fail=1
+        continue
+      fi
+      ;;
+    tools/* | bench/*) kind=tool dir= ;;
+    examples/*) kind=library dir=include ;;
+    *) continue ;;
+  esac
+  checked=$((checked + 1))
+  lineno=0
+  while IFS= read -r text; do
+    lineno=$((lineno + 1))
+    [[ $text =~ ^[[:space:]]*#[[:space:]]*include[[:space:]]*([\"\<])([^\"\>]+)[\"\>] ]] || continue
+    inc=${BASH_REMATCH[2]}
+    quoted=0
+    [[ ${BASH_REMATCH[1]} == '"' ]] && quoted=1
+    if [[ $kind == library ]]; then
+      check_library_file "$file" "$lineno" "$inc" "$quoted" "$dir"
+    else
+      check_tool_file "$file" "$lineno" "$inc" "$quoted"
+    fi
+  done <"$file"
+done < <(git ls-files --cached --others --exclude-standard -- include src tools bench examples |
+         grep -E '\.(h|hpp|c|cc|cpp|cu|cuh)$' | sort -u)
+
+if [[ $fail != 0 ]]; then
+  echo "check_layers: FAILED (rules: the header of scripts/check_layers.sh, docs/architecture.md \"Layers\")"
+  exit 1
+fi
+echo "check_layers: ok ($checked files)"
