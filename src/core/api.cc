@@ -63,8 +63,8 @@ void arfCommConfigInit(arfCommConfig_t* config) {
   config->max_hidden = 8192;
   config->dtype = arfBFloat16;
   config->oneshot_max_tokens = 0;  // = max_tokens
-  config->timeout_seconds = 10.0;
-  config->init_timeout_seconds = 60.0;
+  config->timeout_seconds = arf::kDefaultTimeoutSeconds;
+  config->init_timeout_seconds = arf::kDefaultInitTimeoutSeconds;
   config->programmatic_launch = 0;
   config->verify_calls = 0;
 }

@@ -1,6 +1,10 @@
 // One rank of a communicator: its config, workspace, the rendezvous group that connects it to its
 // peers, the static facts every rank agreed on, and its failure state. The C API (api.cc) is a thin
-// shell over this class; everything here returns Status and throws nothing.
+// shell over this class; everything here returns Status and throws nothing. Defined by concern:
+// comm_config.cc (config upgrade, validation, tuning table), comm_create.cc (creation, teardown),
+// comm_call.cc (the call path: plan, same-call check, kernel parameters), comm_enqueue.cc (the
+// custom kernels' launch in the virtual-rank enqueue order), comm_nccl.cc (the `nccl` algorithm's
+// vote and launch), comm_errors.cc (fail, error records, first lost call).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -27,11 +31,15 @@ namespace arf {
 inline constexpr size_t kCommConfigV2Bytes = offsetof(arfCommConfig_t, programmatic_launch);
 inline constexpr size_t kCommConfigV3Bytes = offsetof(arfCommConfig_t, verify_calls);
 
+// arfCommConfigInit's timeouts, also the bounds of a config that leaves one at 0.
+inline constexpr double kDefaultTimeoutSeconds = 10.0;
+inline constexpr double kDefaultInitTimeoutSeconds = 60.0;
+
 // The caller's config as a full current struct: a version-2-sized struct is copied and the fields
 // it lacks are zero. Any other size is copied whole (validate_config then judges it).
 arfCommConfig_t upgrade_config(const arfCommConfig_t* caller);
 
-// The bound of every init-time wait: init_timeout_seconds, or the default (60 s) when 0.
+// The bound of every init-time wait: init_timeout_seconds, or kDefaultInitTimeoutSeconds when 0.
 double effective_init_timeout(const arfCommConfig_t& c);
 
 // The bytes of the workspace a rank with this config allocates on its device (arfCommWorkspaceBytes).
@@ -148,6 +156,7 @@ class Communicator {
   uint64_t collective_calls_enqueued_ = 0;
   uint64_t host_failed_call_ = UINT64_MAX;
   double timeout_seconds_ = 0;   // bound of device waits and of the enqueue-order wait
+  // Set by fail() only (comm_errors.cc), never cleared.
   bool failed_ = false;
   Status failure_;  // why, once failed_
 };

@@ -3,7 +3,7 @@
 
 namespace arf {
 
-// KernelParams carries the public enums' values as ints (communicator.cc); the kernels read them
+// KernelParams carries the public enums' values as ints (comm_call.cc); the kernels read them
 // as these internal enums.
 static_assert(arfScaleRowMajor == static_cast<int>(quant::ScaleLayout::kRowMajor) &&
               arfScaleMnMajor == static_cast<int>(quant::ScaleLayout::kMnMajor) &&

@@ -1,7 +1,7 @@
 // What the host needs to know about each quantized pattern, in one place: which hidden
 // sizes it takes, which scale layouts and formats, which of quant_out / scale_out / scale_in it
 // uses, and how many bytes each of them spans. validate.cc turns these into error messages,
-// api.cc's arfScaleBufferBytes into a size, communicator.cc into KernelParams.
+// api.cc's arfScaleBufferBytes into a size, comm_call.cc into KernelParams.
 //
 // Why here and not in the reference: arfusion_reference (src/reference/quant_reference.cc) is a
 // separate library the runtime must not link, and its quant_spec_error speaks in QuantSpec terms.

@@ -50,7 +50,7 @@ enum class Pattern : int {
 inline constexpr bool is_quant_pattern(Pattern p) { return static_cast<int>(p) >= 2; }
 
 // The codes a kernel writes into ErrorRecord::code: the values of arfTimeout and arfInternal
-// (core/communicator.cc asserts that they are equal), spelled here so device code needs nothing
+// (core/comm_errors.cc asserts that they are equal), spelled here so device code needs nothing
 // from the public header.
 inline constexpr int32_t kErrorCodeTimeout = 5;
 inline constexpr int32_t kErrorCodeInternal = 6;

@@ -1,0 +1,215 @@
+// Communicator creation and teardown (communicator.h): allocate the workspace, join the group of
+// the config's transport (local or ipc), agree on the facts every rank plans with, build the
+// kernels' base parameters; destroy synchronizes and leaves.
+#include "core/communicator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/cuda_check.h"
+#include "core/scoped_device.h"
+#include "kernels/launch.h"
+#include "transport/ipc.h"
+#include "transport/local.h"
+#include "transport/workspace.h"
+
+namespace arf {
+namespace {
+
+// Far beyond any useful bound, small enough that the nanosecond count fits in 64 bits.
+constexpr double kMaxTimeoutSeconds = 1e9;
+
+StaticFacts agree_facts(const std::vector<RankInfo>& infos) {
+  StaticFacts f;
+  f.world = static_cast<int>(infos.size());
+  f.dtype = infos[0].dtype;
+  f.max_tokens = infos[0].max_tokens;
+  f.max_hidden = infos[0].max_hidden;
+  f.oneshot_max_tokens = infos[0].oneshot_max_tokens;
+  f.min_sm_count = infos[0].sm_count;
+  std::map<int, int> ranks_on_device;
+  for (const RankInfo& info : infos) {
+    f.min_sm_count = std::min(f.min_sm_count, info.sm_count);
+    f.max_ranks_per_device = std::max(f.max_ranks_per_device, ++ranks_on_device[info.device_key]);
+  }
+  return f;
+}
+
+KernelParams make_base_params(int rank, const StaticFacts& facts,
+                              const std::vector<RankInfo>& infos, double timeout_seconds) {
+  KernelParams p{};
+  p.rank = rank;
+  p.world = facts.world;
+  for (int r = 0; r < facts.world; ++r) {
+    const Workspace& ws = infos[r].workspace;
+    if (ws.base == nullptr) continue;  // unmapped peer (Group::peer_path_failure): nccl only
+    p.peers.lamport[r] = ws.lamport();
+    p.peers.pull[r] = ws.pull();
+    p.peers.scatter[r] = ws.scatter();
+    p.peers.gather[r] = ws.gather();
+    p.peers.flags[r] = ws.flags();
+    p.peers.verify[r] = ws.verify();
+    p.peers.ctrl[r] = ws.ctrl();
+  }
+  const Workspace& mine = infos[rank].workspace;
+  p.lamport_slot_elems = mine.layout.lamport_slot_elems;
+  p.scatter_slot_elems = mine.layout.scatter_slot_elems;
+  p.ctrl = mine.ctrl();
+  p.error = mine.error_device;
+  p.scratch = mine.scratch();
+  p.fallback_level = 1;
+  const double seconds = timeout_seconds > 0 ? timeout_seconds : kDefaultTimeoutSeconds;
+  p.timeout_ns = static_cast<uint64_t>(std::min(seconds, kMaxTimeoutSeconds) * 1e9);
+  return p;
+}
+
+// Local transport: allocate, then meet the other ranks of this process. join reports its own
+// failures to every rank; only the workspace is ours to undo.
+template <typename Fail>
+Result<std::shared_ptr<Group>> join_local(const arfCommConfig_t& c, const RankInfo& proto,
+                                          const WorkspaceLayout& layout, Fail&& fail) {
+  Result<Workspace> ws = allocate_workspace(layout, c.device);
+  if (!ws.is_ok()) return fail(ws.status());
+  RankInfo info = proto;
+  info.workspace = ws.value();
+  Result<std::shared_ptr<local::LocalGroup>> group =
+      local::join(c.id, c.rank, c.world_size, info, effective_init_timeout(c));
+  if (!group.is_ok()) {
+    (void)free_workspace(&info.workspace);  // the join error is the one worth reporting
+    return group.status();
+  }
+  return std::shared_ptr<Group>(group.take());
+}
+
+// ipc transport: join allocates the shareable workspace itself and agrees with every process.
+Result<std::shared_ptr<Group>> join_ipc(const arfCommConfig_t& c, const RankInfo& proto,
+                                        const WorkspaceLayout& layout) {
+  ipc::JoinRequest request;
+  request.id = c.id;
+  request.rank = c.rank;
+  request.world = c.world_size;
+  request.timeout_seconds = effective_init_timeout(c);
+  request.proto = proto;
+  request.layout = layout;
+  return ipc::join(request);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t& c) {
+  ARF_RETURN_IF_ERROR(validate_config(c));
+  const bool ipc = c.transport == arfTransportIpc;
+  // From here on world and rank are sane, so a failure can be announced to the waiting peers (in
+  // this process; an ipc rank that fails before its bootstrap connects is reported by rank 0's
+  // bounded wait, naming it as never joined).
+  auto fail = [&c, ipc](Status s) {
+    if (!ipc) local::abandon(c.id, c.rank, c.world_size, s);
+    return s;
+  };
+  int device_count = 0;
+  Status s = cuda_status(cudaGetDeviceCount(&device_count), "cudaGetDeviceCount", __FILE__,
+                         __LINE__);
+  if (!s.is_ok()) return fail(s);
+  if (c.device >= device_count) {
+    return fail(invalid_argument("device " + std::to_string(c.device) +
+                                 " does not exist (this process sees " +
+                                 std::to_string(device_count) + " device(s))"));
+  }
+  Result<std::string> table_text = tuning_table_contribution(c.rank, std::getenv(kTuningTableEnv));
+  if (!table_text.is_ok()) return fail(table_text.status());
+  RankInfo proto;
+  proto.tuning_table_json = table_text.take();
+  proto.device = c.device;
+  proto.device_key = c.device;  // local; ipc derives it from device UUIDs
+  proto.dtype = c.dtype == arfFloat16 ? DType::kFp16 : DType::kBf16;
+  proto.max_tokens = static_cast<int64_t>(c.max_tokens);
+  proto.max_hidden = static_cast<int64_t>(c.max_hidden);
+  // Lamport capacity beyond max_tokens could never be used: every call is bounded by max_tokens.
+  proto.oneshot_max_tokens = static_cast<int64_t>(
+      c.oneshot_max_tokens == 0 ? c.max_tokens : std::min(c.oneshot_max_tokens, c.max_tokens));
+  s = cuda_status(cudaSetDevice(c.device), "cudaSetDevice", __FILE__, __LINE__);
+  if (s.is_ok()) {
+    s = cuda_status(
+        cudaDeviceGetAttribute(&proto.sm_count, cudaDevAttrMultiProcessorCount, c.device),
+        "cudaDeviceGetAttribute(MultiProcessorCount)", __FILE__, __LINE__);
+  }
+  Result<WorkspaceLayout> layout = workspace_layout(c.world_size, proto.dtype, proto.max_tokens,
+                                                    proto.max_hidden, proto.oneshot_max_tokens);
+  if (!s.is_ok() || !layout.is_ok()) return fail(s.is_ok() ? layout.status() : s);
+  // Load every kernel now: a lazily loaded kernel's first launch would wait behind peers' spinning
+  // kernels when ranks share a GPU.
+  if (Status preload = preload_kernels(c.world_size, proto.dtype); !preload.is_ok()) return fail(preload);
+  Result<std::shared_ptr<Group>> group =
+      ipc ? join_ipc(c, proto, layout.value()) : join_local(c, proto, layout.value(), fail);
+  if (!group.is_ok()) return group.status();
+
+  std::unique_ptr<Communicator> comm(new Communicator());
+  comm->rank_ = c.rank;
+  comm->device_ = c.device;
+  comm->group_ = group.take();
+  const std::vector<RankInfo>& infos = comm->group_->infos();
+  comm->facts_ = agree_facts(infos);
+  Result<std::shared_ptr<const TuningTable>> table = agree_tuning_table(infos);
+  if (!table.is_ok()) return table.status();  // rank 0 validated it: not expected; comm leaves
+  comm->tuning_table_ = table.take();
+  comm->error_records_.push_back(infos[c.rank].workspace.error_host);
+  for (int r = 0; r < comm->facts_.world; ++r) {
+    // A peer left unmapped (peer_path_failure) has no record here; NCCL reports its own failures.
+    const ErrorRecord* record = infos[r].workspace.error_host;
+    if (r != c.rank && record != nullptr) comm->error_records_.push_back(record);
+  }
+  if (Status nccl = comm->setup_nccl(effective_init_timeout(c)); !nccl.is_ok()) return nccl;
+  // Ranks that cannot reach each other's memory run every call on NCCL, or fail together. The
+  // failure text and facts_.nccl are identical on every rank, so every rank takes one branch.
+  if (const std::string no_path = comm->group_->peer_path_failure(); !no_path.empty()) {
+    if (!comm->facts_.nccl) {
+      return unsupported(no_path + "; no fallback: " + comm->nccl_why_);
+    }
+    comm->facts_.custom = false;
+  }
+  comm->base_params_ = make_base_params(c.rank, comm->facts_, infos, c.timeout_seconds);
+  comm->base_params_.programmatic_launch = c.programmatic_launch;
+  const char* verify_env = std::getenv("ARF_VERIFY_CALLS");
+  comm->base_params_.verify_calls =
+      c.verify_calls != 0 || (verify_env != nullptr && std::strcmp(verify_env, "1") == 0) ? 1 : 0;
+  comm->base_params_.device_mates = comm->group_->device_mates_mask(c.rank);
+  comm->timeout_seconds_ = static_cast<double>(comm->base_params_.timeout_ns) * 1e-9;
+  comm->pointer_check_ = cuda_pointer_check();
+  {
+    ScopedDevice scoped;
+    Status check = scoped.enter(c.device);
+    if (check.is_ok()) check = comm->stream_check_.init(StreamOrderCheck::requested_by_environment());
+    if (!check.is_ok()) return check;  // comm's destructor leaves the group
+  }
+  return comm;
+}
+
+Communicator::~Communicator() { (void)destroy(); }
+
+Status Communicator::destroy() {
+  if (!group_) return Status::ok();
+  // Wait for this rank's kernels (on whatever streams the caller used) before the group may free
+  // workspaces that they read. Bounded: every spin-wait in the kernels times out.
+  Status sync;
+  {
+    ScopedDevice scoped;
+    sync = scoped.enter(device_);
+    if (sync.is_ok()) {
+      sync = cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
+    }
+  }
+  // After the sync: this rank's NCCL work is done (destroy is local, not collective).
+  const Status nccl_closed = nccl_.close(/*abort=*/!sync.is_ok());
+  // Leave even if the sync failed: otherwise the other ranks' workspaces would never be freed.
+  const Status left = group_->leave(rank_);
+  group_.reset();
+  ARF_RETURN_IF_ERROR(sync);
+  ARF_RETURN_IF_ERROR(nccl_closed);
+  return left;
+}
+
+}  // namespace arf
