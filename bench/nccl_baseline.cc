@@ -7,23 +7,26 @@ namespace arf::bench {
 
 NcclBaseline::~NcclBaseline() {
   for (arfComm_t c : epilogue_comms_) arfCommDestroy(c);
-  for (ncclComm_t c : comms_) api_.comm_destroy(c);
+  for (ncclComm_t c : comms_) api_->comm_destroy(c);
 }
 
 std::string NcclBaseline::nccl_error(ncclResult_t result) const {
-  return std::string("NCCL: ") + api_.get_error_string(result);
+  return std::string("NCCL: ") + api_->get_error_string(result);
 }
 
 std::string NcclBaseline::init(const RankLayout& layout, arfPattern_t pattern,
                                const arfCommConfig_t& config) {
   if (layout.virtual_ranks) return "ranks share a GPU (NCCL needs one rank per GPU)";
-  std::string why = load_nccl(&api_);
-  if (!why.empty()) return why;
+  std::string why;
+  const nccl::Api* api = nccl::library(&why);
+  if (api == nullptr) return why;
+  if (api->comm_init_all == nullptr) return api->path + " lacks ncclCommInitAll";
+  api_ = api;
   // Overwrite: a value inherited from the environment must not turn NVLink SHARP multicast on.
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
   const int world = static_cast<int>(layout.devices.size());
   comms_.resize(world);
-  ncclResult_t result = api_.comm_init_all(comms_.data(), world, layout.devices.data());
+  ncclResult_t result = api_->comm_init_all(comms_.data(), world, layout.devices.data());
   if (result != ncclSuccess) {
     comms_.clear();
     return "ncclCommInitAll: " + nccl_error(result);
@@ -44,9 +47,10 @@ std::string NcclBaseline::init(const RankLayout& layout, arfPattern_t pattern,
 }
 
 std::string NcclBaseline::describe() const {
-  const int v = api_.version;
+  if (api_ == nullptr) return "NCCL not loaded";
+  const int v = api_->version;
   // NCCL_VERSION_CODE is major*10000 + minor*100 + patch since 2.9.
-  return api_.path + " version " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) +
+  return api_->path + " version " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) +
          "." + std::to_string(v % 100) + ", NCCL_NVLS_ENABLE=0";
 }
 
@@ -56,7 +60,7 @@ std::string NcclBaseline::enqueue(const BenchContext& ctx, const CallSpec& spec,
   const int set = call % b.num_sets();
   const ncclDataType_t type = b.dtype == arfFloat16 ? ncclFloat16 : ncclBfloat16;
   ncclResult_t result =
-      api_.all_reduce(b.input[set], b.allreduce_out, static_cast<size_t>(spec.elems()), type,
+      api_->all_reduce(b.input[set], b.allreduce_out, static_cast<size_t>(spec.elems()), type,
                       ncclSum, comms_[rank], stream);
   if (result != ncclSuccess) return "ncclAllReduce: " + nccl_error(result);
   if (epilogue_comms_.empty() || spec.pattern == arfPatternAllReduce) return "";

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "context.h"
-#include "nccl_loader.h"
+#include "export/tool_api.h"
 
 namespace arf::bench {
 
@@ -19,7 +19,7 @@ class NcclBaseline {
   NcclBaseline(const NcclBaseline&) = delete;
   NcclBaseline& operator=(const NcclBaseline&) = delete;
 
-  // Loads NCCL, forces NCCL_NVLS_ENABLE=0 (multicast objects stay off, see design.md) and creates
+  // Loads NCCL (the library's loader, nccl::library: $ARF_NCCL_LIBRARY or libnccl.so.2), forces NCCL_NVLS_ENABLE=0 (multicast objects stay off, see design.md) and creates
   // the communicators. Returns "" or why the column is skipped. Call from the main thread.
   std::string init(const RankLayout& layout, arfPattern_t pattern, const arfCommConfig_t& config);
 
@@ -36,7 +36,7 @@ class NcclBaseline {
  private:
   std::string nccl_error(ncclResult_t result) const;
 
-  NcclApi api_;
+  const nccl::Api* api_ = nullptr;  // set by a successful load
   std::vector<ncclComm_t> comms_;
   std::vector<arfComm_t> epilogue_comms_;  // empty for nccl_ar
   std::string label_;

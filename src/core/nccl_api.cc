@@ -24,12 +24,8 @@ struct Loaded {
   std::string why;  // non-empty: unusable
 };
 
-Loaded load() {
+Loaded load_library() {
   Loaded l;
-  if (const char* off = std::getenv("ARF_NCCL"); off != nullptr && std::string(off) == "0") {
-    l.why = "disabled by ARF_NCCL=0";
-    return l;
-  }
   const char* env = std::getenv("ARF_NCCL_LIBRARY");
   l.api.path = env != nullptr && env[0] != '\0' ? env : "libnccl.so.2";
   void* handle = dlopen(l.api.path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -56,7 +52,21 @@ Loaded load() {
     l.why = l.api.path + " lacks " + missing;
     return l;
   }
+  std::string optional;
+  resolve(handle, "ncclCommInitAll", &l.api.comm_init_all, &optional);
   get_version(&l.api.version);
+  return l;
+}
+
+Loaded load_for_algorithm() {
+  Loaded l;
+  if (const char* off = std::getenv("ARF_NCCL"); off != nullptr && std::string(off) == "0") {
+    l.why = "disabled by ARF_NCCL=0";
+    return l;
+  }
+  const Api* loaded = library(&l.why);
+  if (loaded == nullptr) return l;
+  l.api = *loaded;
   // ncclConfig_t grew over releases; the non-blocking config this library fills needs 2.14+.
   if (l.api.version < 21400) {
     l.why = l.api.path + " is NCCL " + std::to_string(l.api.version) + "; 2.14 or newer is needed";
@@ -64,15 +74,24 @@ Loaded load() {
   return l;
 }
 
-}  // namespace
-
-const Api* api(std::string* why) {
-  static const Loaded loaded = load();
+const Api* usable(const Loaded& loaded, std::string* why) {
   if (!loaded.why.empty()) {
     if (why != nullptr) *why = loaded.why;
     return nullptr;
   }
   return &loaded.api;
+}
+
+}  // namespace
+
+const Api* library(std::string* why) {
+  static const Loaded loaded = load_library();
+  return usable(loaded, why);
+}
+
+const Api* api(std::string* why) {
+  static const Loaded loaded = load_for_algorithm();
+  return usable(loaded, why);
 }
 
 Status status(const Api& api, ncclResult_t result, const std::string& what) {

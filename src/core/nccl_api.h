@@ -1,6 +1,7 @@
 // NCCL for the `nccl` algorithm (ncclAllReduce + our epilogue kernel), loaded at run time: the
 // library does not link NCCL, so a machine without it still loads arfusion and simply has no
-// `nccl` algorithm (plans say why). <nccl.h> is included for its types only.
+// `nccl` algorithm (plans say why). <nccl.h> is included for its types only. The one NCCL loader
+// of the project: arfusion-bench's NCCL column uses it too (export/tool_api.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,13 +30,21 @@ struct Api {
   ncclResult_t (*comm_cu_device)(const ncclComm_t, int*) = nullptr;
   ncclResult_t (*broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
                             cudaStream_t) = nullptr;
+  // Not needed by the library (null when the NCCL build lacks it): arfusion-bench's baseline
+  // makes its in-process communicators with it.
+  ncclResult_t (*comm_init_all)(ncclComm_t*, int, const int*) = nullptr;
   int version = 0;  // ncclGetVersion
   std::string path;
 };
 
-// The process-wide API: dlopen()s $ARF_NCCL_LIBRARY, or libnccl.so.2, once (thread-safe), and
-// never unloads it (NCCL keeps threads alive until exit). Null with *why set when NCCL cannot be
-// used; ARF_NCCL=0 in the environment disables it on purpose.
+// The NCCL library: dlopen()s $ARF_NCCL_LIBRARY, or libnccl.so.2, once (thread-safe), resolves
+// every entry point above, and never unloads it (NCCL keeps threads alive until exit). Null with
+// *why set when it cannot be loaded or lacks an entry point the library needs.
+const Api* library(std::string* why);
+
+// The NCCL of the `nccl` algorithm: library(), unless ARF_NCCL=0 in the environment disables it
+// on purpose (then nothing is loaded), and only NCCL 2.14 or newer (the non-blocking config
+// Comm::init fills). Null with *why set when NCCL cannot be used.
 const Api* api(std::string* why);
 
 // NCCL result -> Status (arfNcclError naming `what` and NCCL's text).

@@ -11,6 +11,8 @@
 // Where this process sits under arfusion-run (ARF_RANK, ARF_WORLD_SIZE, ARF_DEVICE,
 // ARF_RENDEZVOUS_ID): placement_from_env.
 #include "core/env_placement.h"
+// NCCL loaded at run time (the library's one loader): arfusion-bench's NCCL baseline column.
+#include "core/nccl_api.h"
 // The internal enums (DType, Pattern, Algorithm; equal to the public ones) and limits (kMaxRanks,
 // kMaxHidden) the CPU reference and the tools' buffers are sized by.
 #include "kernels/kernel_params.h"
