@@ -42,15 +42,16 @@ std::string format_us(double us) {
 
 std::optional<std::string> choose_column(const Row& row, std::string* why) {
   double fastest = INFINITY;
-  for (const char* name : kPreference) {
-    const Cell* c = find_cell(row, name);
+  for (arfAlgorithm_t algorithm : kPreference) {
+    const Cell* c = find_cell(row, column_of(static_cast<Algorithm>(algorithm)));
     if (c != nullptr && valid(*c)) fastest = std::min(fastest, c->us);
   }
   if (std::isinf(fastest)) {
     *why = "no algorithm has a valid time at " + std::to_string(row.tokens) + " tokens";
     return std::nullopt;
   }
-  for (const char* name : kPreference) {
+  for (arfAlgorithm_t algorithm : kPreference) {
+    const char* name = column_of(static_cast<Algorithm>(algorithm));
     const Cell* c = find_cell(row, name);
     if (c != nullptr && valid(*c) && c->us <= fastest * (1.0 + kTieFraction)) return name;
   }

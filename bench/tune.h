@@ -17,14 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "arfusion/arfusion.h"
 #include "export/tool_api.h"
 #include "results.h"
 
 namespace arf::bench {
 
 inline constexpr double kTieFraction = 0.01;
-inline constexpr const char* kPreference[] = {"oneshot_lamport", "oneshot_pull", "twoshot",
-                                              "unfused", "nccl"};
+inline constexpr arfAlgorithm_t kPreference[] = {arfAlgoOneshotLamport, arfAlgoOneshotPull,
+                                                 arfAlgoTwoshot, arfAlgoUnfused, arfAlgoNccl};
 
 // The column chosen for one row, or nullopt (why says so) when no candidate has a valid time.
 std::optional<std::string> choose_column(const Row& row, std::string* why);

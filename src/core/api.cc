@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "arfusion/arfusion.h"
+#include "base/names.h"
 #include "base/status.h"
 #include "core/abi.h"
 #include "core/api_internal.h"
@@ -406,26 +408,14 @@ const char* arfGetStatusString(arfStatus_t status) {
 
 const char* arfGetLastErrorString(void) { return t_last_error.c_str(); }
 
-const char* arfAlgorithmName(arfAlgorithm_t algorithm) {
-  switch (algorithm) {
-    case arfAlgoAuto: return "auto";
-    case arfAlgoOneshotLamport: return "oneshot_lamport";
-    case arfAlgoOneshotPull: return "oneshot_pull";
-    case arfAlgoTwoshot: return "twoshot";
-    case arfAlgoUnfused: return "unfused";
-    case arfAlgoNccl: return "nccl";
-  }
-  return "unknown";
-}
+const char* arfAlgorithmName(arfAlgorithm_t algorithm) { return arf::algorithm_name(algorithm); }
 
 arfStatus_t arfAlgorithmFromName(const char* name, arfAlgorithm_t* algorithm) {
   ARF_API_REQUIRE(name);
   ARF_API_REQUIRE(algorithm);
-  for (int a = arfAlgoAuto; a <= arfAlgoNccl; ++a) {
-    if (std::strcmp(name, arfAlgorithmName(static_cast<arfAlgorithm_t>(a))) == 0) {
-      *algorithm = static_cast<arfAlgorithm_t>(a);
-      return arfSuccess;
-    }
+  if (const std::optional<arfAlgorithm_t> parsed = arf::algorithm_from_name(name)) {
+    *algorithm = *parsed;
+    return arfSuccess;
   }
   return report(arf::invalid_argument(
       std::string("unknown algorithm name \"") + name +
@@ -442,17 +432,6 @@ arfStatus_t arfAbiQuery(const char* name, int64_t* value) {
 
 const char* arfAbiNames(void) { return arf::abi_names(); }
 
-const char* arfPatternName(arfPattern_t pattern) {
-  switch (pattern) {
-    case arfPatternAllReduce: return "allreduce";
-    case arfPatternResidualRmsNorm: return "residual_rmsnorm";
-    case arfPatternResidualRmsNormFp8PerTensor: return "residual_rmsnorm_fp8_per_tensor";
-    case arfPatternResidualRmsNormFp8PerToken: return "residual_rmsnorm_fp8_per_token";
-    case arfPatternResidualRmsNormFp8PerGroup: return "residual_rmsnorm_fp8_per_group";
-    case arfPatternResidualRmsNormNvfp4: return "residual_rmsnorm_nvfp4";
-    case arfPatternResidualRmsNormMxfp4: return "residual_rmsnorm_mxfp4";
-  }
-  return "unknown";
-}
+const char* arfPatternName(arfPattern_t pattern) { return arf::pattern_name(pattern); }
 
 }  // extern "C"

@@ -9,6 +9,17 @@
 #include "policy/policy.h"
 
 namespace arf {
+
+// Calls carry the public enums into CallShape and the call signature as the internal ones.
+static_assert(static_cast<int>(Algorithm::kAuto) == arfAlgoAuto &&
+              static_cast<int>(Algorithm::kOneshotLamport) == arfAlgoOneshotLamport &&
+              static_cast<int>(Algorithm::kOneshotPull) == arfAlgoOneshotPull &&
+              static_cast<int>(Algorithm::kTwoshot) == arfAlgoTwoshot &&
+              static_cast<int>(Algorithm::kUnfused) == arfAlgoUnfused &&
+              static_cast<int>(Algorithm::kNccl) == arfAlgoNccl);
+static_assert(static_cast<int>(Pattern::kAllReduce) == arfPatternAllReduce &&
+              static_cast<int>(Pattern::kResidualRmsNorm) == arfPatternResidualRmsNorm);
+
 namespace {
 
 // A forced `nccl` call that cannot run while NCCL is off says why it is off.

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/int_math.h"
+#include "base/names.h"
 #include "kernels/launch_plan.h"
 
 namespace arf {
@@ -20,17 +21,7 @@ namespace {
 constexpr int64_t kKiB = 1024;
 constexpr int64_t kMiB = 1024 * kKiB;
 
-const char* algorithm_name(Algorithm a) {
-  switch (a) {
-    case Algorithm::kAuto: return "auto";
-    case Algorithm::kOneshotLamport: return "oneshot_lamport";
-    case Algorithm::kOneshotPull: return "oneshot_pull";
-    case Algorithm::kTwoshot: return "twoshot";
-    case Algorithm::kUnfused: return "unfused";
-    case Algorithm::kNccl: return "nccl";
-  }
-  return "unknown";
-}
+const char* algorithm_name(Algorithm a) { return arf::algorithm_name(static_cast<arfAlgorithm_t>(a)); }
 
 bool world_supported(int world) { return world == 1 || world == 2 || world == 4 || world == 8; }
 

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "base/int_math.h"
+#include "base/names.h"
 
 namespace arf {
 namespace {
@@ -30,26 +31,22 @@ using nlohmann::json;
 
 constexpr const char* kFormat = "arfusion-tuning-table";
 
-// The names a table uses; algorithms are spelled as in the API
-// (arfAlgorithmName). A table names only the algorithms auto may choose.
+// The names a table uses; algorithms are spelled as in the API (base/names.h, the table behind
+// arfAlgorithmName). A table names only the algorithms auto may choose.
 constexpr std::pair<const char*, RankSharing> kSharingNames[] = {
     {"one", RankSharing::kOnePerDevice}, {"shared", RankSharing::kShared}};
 constexpr std::pair<const char*, DType> kDtypeNames[] = {{"bf16", DType::kBf16},
                                                          {"fp16", DType::kFp16}};
 constexpr std::pair<const char*, TuningGroup> kGroupNames[] = {{"plain", TuningGroup::kPlain},
                                                                {"quant", TuningGroup::kQuant}};
-constexpr std::pair<const char*, Algorithm> kAlgorithmNames[] = {
-    {"oneshot_lamport", Algorithm::kOneshotLamport},
-    {"oneshot_pull", Algorithm::kOneshotPull},
-    {"twoshot", Algorithm::kTwoshot},
-    {"unfused", Algorithm::kUnfused},
-    {"nccl", Algorithm::kNccl}};
+// Every algorithm but auto (a table records what auto chooses).
+bool is_table_algorithm(Algorithm a) {
+  return a != Algorithm::kAuto &&
+         algorithm_from_name(algorithm_name(static_cast<arfAlgorithm_t>(a))).has_value();
+}
 
 const char* table_algorithm_name(Algorithm a) {
-  for (const auto& [name, value] : kAlgorithmNames) {
-    if (value == a) return name;
-  }
-  return "?";
+  return is_table_algorithm(a) ? algorithm_name(static_cast<arfAlgorithm_t>(a)) : "?";
 }
 
 const char* dtype_label(DType d) { return d == DType::kFp16 ? "fp16" : "bf16"; }
@@ -78,8 +75,7 @@ Status validate_range(const TuningEntry& entry, size_t e, size_t r) {
                             std::to_string(entry.max_tokens));
   }
   const bool quant = entry.key.group == TuningGroup::kQuant;
-  const bool known = std::any_of(std::begin(kAlgorithmNames), std::end(kAlgorithmNames),
-                                 [&](const auto& n) { return n.second == range.algorithm; });
+  const bool known = is_table_algorithm(range.algorithm);
   if (!known || (quant && range.algorithm == Algorithm::kUnfused)) {
     return error(where, quant ? "a quant range names a fused algorithm (oneshot_lamport, "
                                 "oneshot_pull, twoshot) or nccl; unfused is level 3"
@@ -178,9 +174,14 @@ Status parse_range(const json& j, TuningGroup group, const std::string& where, T
     RETURN_IF_TABLE_ERROR(check_fields(j, {"min_tokens", "algorithm"}, where));
   }
   RETURN_IF_TABLE_ERROR(get_int(j, "min_tokens", where, &out->min_tokens));
-  RETURN_IF_TABLE_ERROR(get_enum(j, "algorithm", where, kAlgorithmNames,
-                                 "oneshot_lamport, oneshot_pull, twoshot, unfused",
-                                 &out->algorithm));
+  std::string algorithm;
+  RETURN_IF_TABLE_ERROR(get_string(j, "algorithm", where, &algorithm));
+  const std::optional<arfAlgorithm_t> named = algorithm_from_name(algorithm);
+  if (!named || *named == arfAlgoAuto) {
+    return error(where, "unknown algorithm \"" + algorithm +
+                            "\" (oneshot_lamport, oneshot_pull, twoshot, unfused)");
+  }
+  out->algorithm = static_cast<Algorithm>(*named);
   int64_t level = 1;
   if (quant) RETURN_IF_TABLE_ERROR(get_int(j, "level", where, &level));
   if (level < 1 || level > 3)
