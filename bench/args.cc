@@ -6,13 +6,17 @@
 #include <map>
 #include <sstream>
 
+#include "ops.h"
+
 namespace arf::bench {
 namespace {
 
-const std::map<std::string, Op> kOps = {{"allreduce", Op::kAllReduce},
-                                        {"fused", Op::kFused},
-                                        {"epilogue", Op::kEpilogue},
-                                        {"quant", Op::kQuant}};
+// --op's names: the op descriptors' (ops.h).
+std::map<std::string, Op> op_names() {
+  std::map<std::string, Op> names;
+  for (const OpDescriptor& d : op_descriptors()) names.emplace(d.name, d.op);
+  return names;
+}
 // nccl-tests spells the types bfloat16/half; our tables print bf16/fp16. Accept both.
 const std::map<std::string, arfDataType_t> kDtypes = {
     {"bf16", arfBFloat16}, {"bfloat16", arfBFloat16}, {"fp16", arfFloat16}, {"half", arfFloat16}};
@@ -157,7 +161,7 @@ void add_sweep_options(CLI::App& app, BenchArgs& a, std::string& algos, int64_t&
                        int64_t& tmax) {
   app.add_option("--op", a.op,
                  "allreduce | fused (all-reduce+residual+RMSNorm) | epilogue (world 1)")
-      ->transform(CLI::CheckedTransformer(kOps))
+      ->transform(CLI::CheckedTransformer(op_names()))
       ->option_text("OP [fused]");
   // quant: per quant pattern, 3 vs 2 vs 1 kernels (+ bf16 side output): what fusing saves over the
   // forms an engine would otherwise run.
@@ -228,14 +232,15 @@ void add_run_options(CLI::App& app, BenchArgs& a) {
 // --tune-out derives a table from the fused sweep (tune.h): the sweep must be one a table can be
 // built from, and must time at least one algorithm a table may name.
 void check_tune_args(const BenchArgs& a) {
-  if (a.op != Op::kFused && a.op != Op::kQuant) {
+  const OpDescriptor& op = op_descriptor(a.op);
+  if (!op.tune_group) {
     throw CLI::ValidationError("--tune-out", "only with --op fused or --op quant");
   }
   if (a.tokens.front() != 1 || !std::is_sorted(a.tokens.begin(), a.tokens.end()) ||
       std::adjacent_find(a.tokens.begin(), a.tokens.end()) != a.tokens.end()) {
     throw CLI::ValidationError("--tune-out", "token counts must increase from 1");
   }
-  if (a.op == Op::kQuant) {
+  if (op.quant_variants) {
     // A table keys quant entries by hidden, not by pattern: one variant and one hidden per run.
     if (a.quant.size() != 1 || a.hiddens.size() != 1) {
       throw CLI::ValidationError("--tune-out",
@@ -263,7 +268,8 @@ void finish_args(const CLI::App& app, const std::string& algos, int64_t tmin, in
       throw CLI::ValidationError("--hidden", "must be a positive multiple of 8");
   }
   if (a.hiddens.empty()) throw CLI::ValidationError("--hidden", "at least one hidden size");
-  if (a.op != Op::kQuant && a.hiddens.size() > 1)
+  const OpDescriptor& op = op_descriptor(a.op);
+  if (!op.quant_variants && a.hiddens.size() > 1)
     throw CLI::ValidationError("--hidden", "a list of hidden sizes needs --op quant");
   a.hidden = *std::max_element(a.hiddens.begin(), a.hiddens.end());
   if (a.min_bytes < 1 || a.max_bytes < a.min_bytes) {
@@ -282,28 +288,14 @@ void finish_args(const CLI::App& app, const std::string& algos, int64_t tmin, in
   if (a.algos.empty()) throw CLI::ValidationError("--algos", "at least one algorithm");
   // A quant flag on another op would be silently ignored; say so instead.
   for (const char* flag : {"--quant", "--scale-layout", "--scale-format"}) {
-    if (a.op != Op::kQuant && app.count(flag) > 0)
+    if (!op.quant_variants && app.count(flag) > 0)
       throw CLI::ValidationError(flag, "only with --op quant");
   }
-  if (a.op == Op::kQuant) a.quant = resolve_quant(quant, a.hiddens);
+  if (op.quant_variants) a.quant = resolve_quant(quant, a.hiddens);
   if (!a.tune_out.empty()) check_tune_args(a);
 }
 
 }  // namespace
-
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kAllReduce:
-      return "allreduce";
-    case Op::kFused:
-      return "fused";
-    case Op::kEpilogue:
-      return "epilogue";
-    case Op::kQuant:
-      return "quant";
-  }
-  return "?";
-}
 
 std::string quant_variant_label(const QuantVariant& v) {
   std::string label = "?";

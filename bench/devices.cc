@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 
+#include "ops.h"
 #include "process_group.h"
 
 namespace arf::bench {
@@ -16,7 +17,7 @@ namespace {
 constexpr int kVirtualRanksOnOneGpu = 8;
 
 std::vector<int> default_devices(const BenchArgs& args, int visible) {
-  if (args.op == Op::kEpilogue) return {0};
+  if (op_descriptor(args.op).one_rank) return {0};
   int ranks = args.num_ranks;
   if (ranks == 0) ranks = visible > 1 ? std::min(visible, ARF_MAX_RANKS) : kVirtualRanksOnOneGpu;
   std::vector<int> devices(ranks);
@@ -51,7 +52,7 @@ std::string resolve_layout(const BenchArgs& args, RankLayout* layout) {
   layout->devices = args.devices.empty() ? default_devices(args, visible) : args.devices;
   const int world = static_cast<int>(layout->devices.size());
   if (world > ARF_MAX_RANKS) return "at most " + std::to_string(ARF_MAX_RANKS) + " ranks";
-  if (args.op == Op::kEpilogue && world != 1) {
+  if (op_descriptor(args.op).one_rank && world != 1) {
     return "--op epilogue measures the world-1 epilogue; give one device (--devices 0)";
   }
   std::map<int, int> ranks_on;
@@ -89,7 +90,7 @@ std::string resolve_process_layout(const BenchArgs& args, ProcessGroup& group, R
   std::string why;
   if (!args.devices.empty() || args.num_ranks != 0) {
     why = "under arfusion-run the launcher places the ranks: drop --nranks/--devices";
-  } else if (args.op == Op::kEpilogue) {
+  } else if (op_descriptor(args.op).one_rank) {
     why = "--op epilogue measures one rank: run it without arfusion-run";
   } else {
     DeviceInfo info;

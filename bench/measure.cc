@@ -62,4 +62,40 @@ Cell measure_nccl(BenchContext& ctx, const NcclBaseline& nccl, const CallSpec& s
   return cell;
 }
 
+namespace {
+
+Cell skipped_cell(const std::string& column) {
+  Cell cell;
+  cell.column = column;
+  cell.skipped = true;
+  cell.error = "not run: a communicator failed earlier";
+  return cell;
+}
+
+}  // namespace
+
+Row measure_algorithms_row(BenchContext& ctx, const std::vector<arfAlgorithm_t>& algorithms,
+                           const NcclBaseline* nccl, CallSpec spec, const TimingConfig& cfg,
+                           uint64_t* calls, std::string* stopped) {
+  Row row;
+  row.tokens = spec.tokens;
+  row.row_elems = spec.row_elems;
+  row.count = spec.elems();
+  row.bytes = spec.elems() * static_cast<int64_t>(dtype_size(ctx.args->dtype));
+  for (arfAlgorithm_t algo : algorithms) {
+    spec.algorithm = algo;
+    if (!stopped->empty()) {
+      row.cells.push_back(skipped_cell(arfAlgorithmName(algo)));
+      continue;
+    }
+    row.cells.push_back(measure_algorithm(ctx, spec, cfg, calls));
+    *stopped = first_failed_comm(ctx);
+  }
+  if (nccl != nullptr) {
+    row.cells.push_back(stopped->empty() ? measure_nccl(ctx, *nccl, spec, cfg)
+                                         : skipped_cell(nccl->label()));
+  }
+  return row;
+}
+
 }  // namespace arf::bench

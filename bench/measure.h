@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "context.h"
 #include "nccl_baseline.h"
@@ -23,5 +25,12 @@ Cell measure_algorithm(BenchContext& ctx, const CallSpec& spec, const TimingConf
 // The NCCL column (unchecked: NCCL's sum order differs from the contract's fixed rank order).
 Cell measure_nccl(BenchContext& ctx, const NcclBaseline& nccl, const CallSpec& spec,
                   const TimingConfig& cfg);
+
+// One row of algorithm columns (then the NCCL baseline's, when `nccl` is not null) for `spec`. A
+// failed communicator refuses every later call (arfCommFailed), so after the first failure the
+// row's remaining cells are marked skipped and *stopped says why; the caller ends the sweep.
+Row measure_algorithms_row(BenchContext& ctx, const std::vector<arfAlgorithm_t>& algorithms,
+                           const NcclBaseline* nccl, CallSpec spec, const TimingConfig& cfg,
+                           uint64_t* calls, std::string* stopped);
 
 }  // namespace arf::bench

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "ops.h"
 #include "summary.h"
 
 namespace arf::bench {
@@ -53,15 +54,6 @@ std::string virtual_note(const RankLayout& layout) {
   return "NOTE: " + n + " ranks on " + std::to_string(gpus.size()) + " GPUs (up to " +
          std::to_string(layout.max_ranks_per_device) +
          " per GPU) — ranks that share a GPU exchange data through HBM, not NVLink";
-}
-
-std::string row_label(const Row& row, Op op) {
-  if (op == Op::kAllReduce) return std::to_string(row.bytes) + " B";
-  if (op == Op::kQuant) {
-    return row.variant + " " + std::to_string(row.tokens) + " tokens x " +
-           std::to_string(row.row_elems);
-  }
-  return std::to_string(row.tokens) + " tokens";
 }
 
 std::string hidden_text(const BenchArgs& args) {
@@ -112,20 +104,7 @@ void Report::print_header() const {
   std::printf(
       "# time(us) = max over ranks of (elapsed / calls); each rank times its own stream "
       "with CUDA events after a host barrier\n#\n");
-  switch (args_.op) {
-    case Op::kAllReduce:
-      print_allreduce_header();
-      break;
-    case Op::kFused:
-      print_fused_header();
-      break;
-    case Op::kEpilogue:
-      print_epilogue_header();
-      break;
-    case Op::kQuant:
-      print_quant_header();
-      break;
-  }
+  (this->*op_descriptor(args_.op).print_table_header)();
   std::fflush(stdout);
 }
 
@@ -263,26 +242,13 @@ void Report::print_quant_row(const Row& row) const {
 void Report::add_row(Row row) {
   rows_.push_back(std::move(row));
   if (quiet_) return;
-  switch (args_.op) {
-    case Op::kAllReduce:
-      print_allreduce_row(rows_.back());
-      break;
-    case Op::kFused:
-      print_fused_row(rows_.back());
-      break;
-    case Op::kEpilogue:
-      print_epilogue_row(rows_.back());
-      break;
-    case Op::kQuant:
-      print_quant_row(rows_.back());
-      break;
-  }
+  (this->*op_descriptor(args_.op).print_row)(rows_.back());
   std::fflush(stdout);
 }
 
 void Report::print_footer() const {
   if (quiet_) return;
-  if (args_.op == Op::kAllReduce) {
+  if (op_descriptor(args_.op).bus_bandwidth_footer) {
     const double factor = busbw_factor(static_cast<int>(header_.layout.devices.size()));
     for (size_t i = 0; i < columns_.size(); ++i) {
       double sum = 0;
@@ -299,7 +265,7 @@ void Report::print_footer() const {
   std::map<std::string, std::string> refused;  // first refusal per column; they repeat by design
   int64_t wrong = 0;
   for (const Row& row : rows_) {
-    const std::string where = row_label(row, args_.op);
+    const std::string where = op_descriptor(args_.op).row_label(row);
     for (const Cell& c : row.cells) {
       wrong += std::max<int64_t>(0, c.wrong);
       if (c.unsupported) {

@@ -15,6 +15,7 @@
 //             #wrong (the gate: quant_check.h).
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -42,17 +43,20 @@ class Report {
   // No cell failed and no check found a wrong element.
   bool all_passed() const;
 
- private:
+  // The ops' tables (their descriptors, ops.cc, name which one a run prints): the column header
+  // and one line per row.
   void print_allreduce_header() const;
+  void print_allreduce_row(const Row& row) const;
   void print_fused_header() const;
+  void print_fused_row(const Row& row) const;
   void print_epilogue_header() const;
-  void print_copy_bandwidth() const;
+  void print_epilogue_row(const Row& row) const;
   void print_quant_header() const;
   void print_quant_row(const Row& row) const;
+
+ private:
+  void print_copy_bandwidth() const;
   bool world1() const { return header_.layout.devices.size() == 1; }
-  void print_allreduce_row(const Row& row) const;
-  void print_fused_row(const Row& row) const;
-  void print_epilogue_row(const Row& row) const;
   std::vector<int> fused_display_order() const;  // unfused, fused algorithms, auto, nccl
 
   const BenchArgs& args_;
@@ -62,5 +66,15 @@ class Report {
   std::string stopped_;
   bool quiet_ = false;
 };
+
+// The ops' fields of a JSON row beyond the common ones (their descriptors, ops.cc, name them):
+// fused: unfused vs best fused and auto; epilogue: bytes moved and % of copy bandwidth; quant:
+// the variant, times per level, speedup and (world 1) % of copy bandwidth.
+void fused_json_fields(const Row& row, const BenchArgs& args, const RunHeader& header,
+                       nlohmann::json* out);
+void epilogue_json_fields(const Row& row, const BenchArgs& args, const RunHeader& header,
+                          nlohmann::json* out);
+void quant_json_fields(const Row& row, const BenchArgs& args, const RunHeader& header,
+                       nlohmann::json* out);
 
 }  // namespace arf::bench

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "ops.h"
 #include "report.h"
 #include "summary.h"
 
@@ -50,12 +51,13 @@ json header_json(const BenchArgs& a, const RunHeader& h, const std::vector<std::
   if (!h.git_commit.empty()) j["git_commit"] = h.git_commit;
   const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   j["cuda_device_max_connections"] = connections != nullptr ? json(connections) : json(nullptr);
-  if (a.op == Op::kQuant) {
+  const OpDescriptor& op = op_descriptor(a.op);
+  if (op.quant_variants) {
     json variants = json::array();
     for (const QuantVariant& v : a.quant) variants.push_back(quant_variant_label(v));
     j["quant_variants"] = variants;
   }
-  if (a.op == Op::kEpilogue || (a.op == Op::kQuant && h.layout.devices.size() == 1)) {
+  if (measures_copy_bandwidth(op, static_cast<int>(h.layout.devices.size()))) {
     j["copy_bandwidth_gbps"] = number(h.copy_gbps);
     j["copy_bytes"] = h.copy_bytes;
   }
@@ -77,8 +79,10 @@ json cell_json(const Cell& c, const Row& row, int world) {
           {"mismatch", c.note}};
 }
 
+}  // namespace
+
 // The quant row's figures under flat names, so a script need not search `results`.
-void add_quant_fields(const Row& row, const RunHeader& h, json* j) {
+void quant_json_fields(const Row& row, const BenchArgs&, const RunHeader& h, json* j) {
   (*j)["quant"] = row.variant;
   json times = json::object();
   for (const Cell& c : row.cells) times[c.column] = number(c.us);
@@ -88,6 +92,31 @@ void add_quant_fields(const Row& row, const RunHeader& h, json* j) {
   (*j)["bytes_moved"] = row.bytes_moved;
   (*j)["pct_copy_bandwidth"] = number(quant_pct_copy(row, h.copy_gbps));
 }
+
+void fused_json_fields(const Row& row, const BenchArgs&, const RunHeader& h, json* out) {
+  json& j = *out;
+  const RowSummary s = summarize(row, h.nccl_label);
+  j["unfused_us"] = s.unfused != nullptr ? number(s.unfused->us) : json(nullptr);
+  j["best_fused"] = s.best_fused != nullptr ? json(s.best_fused->column) : json(nullptr);
+  j["best_fused_us"] = s.best_fused != nullptr ? number(s.best_fused->us) : json(nullptr);
+  j["speedup"] = number(s.speedup);
+  j["auto_us"] = s.auto_cell != nullptr ? number(s.auto_cell->us) : json(nullptr);
+  j["auto_algorithm"] = s.auto_cell != nullptr ? json(s.auto_cell->chosen) : json(nullptr);
+}
+
+void epilogue_json_fields(const Row& row, const BenchArgs& a, const RunHeader& h, json* out) {
+  json& j = *out;
+  const Cell& c = row.cells.front();
+  const int64_t moved = epilogue_bytes(row.tokens, row.row_elems, dtype_size(a.dtype));
+  const double achieved = gbps(static_cast<double>(moved), c.us);
+  j["bytes_moved"] = moved;
+  j["time_us"] = number(c.us);
+  j["achieved_gbps"] = number(achieved);
+  j["pct_copy_bandwidth"] = number(100.0 * achieved / h.copy_gbps);
+  j["algorithm"] = c.chosen;
+}
+
+namespace {
 
 json row_json(const Row& row, const BenchArgs& a, const RunHeader& h) {
   const int world = static_cast<int>(h.layout.devices.size());
@@ -103,25 +132,7 @@ json row_json(const Row& row, const BenchArgs& a, const RunHeader& h) {
             {"wrong", count_or_null(s.wrong)},
             {"failed", s.failed},
             {"results", results}};
-  if (a.op == Op::kFused) {
-    j["unfused_us"] = s.unfused != nullptr ? number(s.unfused->us) : json(nullptr);
-    j["best_fused"] = s.best_fused != nullptr ? json(s.best_fused->column) : json(nullptr);
-    j["best_fused_us"] = s.best_fused != nullptr ? number(s.best_fused->us) : json(nullptr);
-    j["speedup"] = number(s.speedup);
-    j["auto_us"] = s.auto_cell != nullptr ? number(s.auto_cell->us) : json(nullptr);
-    j["auto_algorithm"] = s.auto_cell != nullptr ? json(s.auto_cell->chosen) : json(nullptr);
-  }
-  if (a.op == Op::kQuant) add_quant_fields(row, h, &j);
-  if (a.op == Op::kEpilogue) {
-    const Cell& c = row.cells.front();
-    const int64_t moved = epilogue_bytes(row.tokens, row.row_elems, dtype_size(a.dtype));
-    const double achieved = gbps(static_cast<double>(moved), c.us);
-    j["bytes_moved"] = moved;
-    j["time_us"] = number(c.us);
-    j["achieved_gbps"] = number(achieved);
-    j["pct_copy_bandwidth"] = number(100.0 * achieved / h.copy_gbps);
-    j["algorithm"] = c.chosen;
-  }
+  if (const auto fields = op_descriptor(a.op).json_row_fields) fields(row, a, h, &j);
   return j;
 }
 

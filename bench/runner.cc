@@ -10,6 +10,7 @@
 
 #include "measure.h"
 #include "nccl_baseline.h"
+#include "ops.h"
 #include "process_group.h"
 #include "quant_measure.h"
 #include "report.h"
@@ -24,51 +25,6 @@ constexpr int64_t kCopyBytes = int64_t{1} << 30;  // large enough that L2 plays 
 // process. Generous: a peer may be computing a large CPU reference. A peer that exits is seen at
 // once, not after this.
 constexpr double kHostTimeoutSeconds = 300;
-
-std::vector<CallSpec> sweep_shapes(const BenchArgs& args) {
-  std::vector<CallSpec> shapes;
-  if (args.op == Op::kAllReduce) {
-    for (int64_t count : allreduce_counts(args)) {
-      CallSpec s;
-      s.pattern = arfPatternAllReduce;
-      s.row_elems = allreduce_row_elems(count, args.hidden);
-      s.tokens = count / s.row_elems;
-      shapes.push_back(s);
-    }
-    return shapes;
-  }
-  if (args.op == Op::kQuant) return quant_shapes(args);
-  for (int64_t tokens : args.tokens) {
-    CallSpec s;
-    s.pattern = arfPatternResidualRmsNorm;
-    s.tokens = tokens;
-    s.row_elems = args.hidden;
-    shapes.push_back(s);
-  }
-  return shapes;
-}
-
-// The epilogue op has no all-reduce to choose: it times what the planner runs at world 1.
-std::vector<arfAlgorithm_t> arf_columns(const BenchArgs& args) {
-  if (args.op == Op::kEpilogue) return {arfAlgoAuto};
-  return args.algos;
-}
-
-// Column names in cell order. --op quant's columns are fallback levels (the planner picks the
-// algorithm within each), not algorithms.
-std::vector<std::string> column_names(const BenchArgs& args) {
-  std::vector<std::string> names;
-  if (args.op == Op::kQuant) {
-    for (const QuantColumn& c : kQuantColumns) names.push_back(c.name);
-    return names;
-  }
-  for (arfAlgorithm_t algo : arf_columns(args)) names.push_back(arfAlgorithmName(algo));
-  return names;
-}
-
-bool measures_copy_bandwidth(const BenchArgs& args, const RunHeader& header) {
-  return args.op == Op::kEpilogue || (args.op == Op::kQuant && header.layout.devices.size() == 1);
-}
 
 arfCommConfig_t comm_config(const BenchArgs& args, const std::vector<CallSpec>& shapes) {
   arfCommConfig_t config;
@@ -105,17 +61,14 @@ void describe_run(RunHeader* header) {
 // device and measure nothing a deployment runs.
 void setup_nccl(const BenchArgs& args, const arfCommConfig_t& config, NcclBaseline* nccl,
                 RunHeader* header) {
-  // The quant op compares the fallback chain with itself; NCCL has no quantized epilogue.
-  if (args.op == Op::kEpilogue || args.op == Op::kQuant || header->layout.devices.size() < 2)
-    return;
+  const std::optional<arfPattern_t> pattern = op_descriptor(args.op).nccl_baseline;
+  if (!pattern || header->layout.devices.size() < 2) return;
   if (header->processes) {
     header->nccl_note = "NCCL column skipped: the baseline creates its communicators in one "
                         "process (the `nccl` algorithm column, -a nccl, runs under arfusion-run)";
     return;
   }
-  const arfPattern_t pattern =
-      args.op == Op::kAllReduce ? arfPatternAllReduce : arfPatternResidualRmsNorm;
-  std::string why = nccl->init(header->layout, pattern, config);
+  std::string why = nccl->init(header->layout, *pattern, config);
   if (!why.empty()) {
     header->nccl_note = "NCCL column skipped: " + why;
     return;
@@ -136,49 +89,16 @@ void measure_copy_bandwidth(BenchContext& ctx, RunHeader* header) {
     std::fprintf(stderr, "arfusion-bench: copy bandwidth not measured: %s\n", why.c_str());
 }
 
-Cell skipped_cell(const std::string& column) {
-  Cell cell;
-  cell.column = column;
-  cell.skipped = true;
-  cell.error = "not run: a communicator failed earlier";
-  return cell;
-}
-
-// A failed communicator refuses every later call (arfCommFailed), so after the first failure the
-// row's remaining cells are marked skipped and *stopped says why; the caller ends the sweep.
-Row measure_row(BenchContext& ctx, const NcclBaseline* nccl, CallSpec spec, const TimingConfig& cfg,
-                uint64_t* calls, std::string* stopped) {
-  if (ctx.args->op == Op::kQuant) return measure_quant_row(ctx, spec, cfg, calls, stopped);
-  Row row;
-  row.tokens = spec.tokens;
-  row.row_elems = spec.row_elems;
-  row.count = spec.elems();
-  row.bytes = spec.elems() * static_cast<int64_t>(dtype_size(ctx.args->dtype));
-  for (arfAlgorithm_t algo : arf_columns(*ctx.args)) {
-    spec.algorithm = algo;
-    if (!stopped->empty()) {
-      row.cells.push_back(skipped_cell(arfAlgorithmName(algo)));
-      continue;
-    }
-    row.cells.push_back(measure_algorithm(ctx, spec, cfg, calls));
-    *stopped = first_failed_comm(ctx);
-  }
-  if (nccl != nullptr) {
-    row.cells.push_back(stopped->empty() ? measure_nccl(ctx, *nccl, spec, cfg)
-                                         : skipped_cell(nccl->label()));
-  }
-  return row;
-}
-
 // --tune-out: this run's key (world, rank sharing, dtype, plain or quant patterns, hidden), its
 // entry merged into the file, and the summary. "" or why not.
 std::string write_tune_table(const BenchArgs& args, const RunHeader& header,
                              const std::vector<Row>& rows) {
-  const bool quant = args.op == Op::kQuant;
+  const TuningGroup group = *op_descriptor(args.op).tune_group;
+  const bool quant = group == TuningGroup::kQuant;
   const TuningKey key{static_cast<int>(header.layout.devices.size()),
                       sharing_of(header.layout.max_ranks_per_device),
                       args.dtype == arfFloat16 ? DType::kFp16 : DType::kBf16,
-                      quant ? TuningGroup::kQuant : TuningGroup::kPlain,
+                      group,
                       static_cast<int>(args.hidden)};
   std::string why;
   const std::optional<TuningEntry> entry =
@@ -217,11 +137,12 @@ int run_bench(const BenchArgs& args) {
   }
   header.processes = group != nullptr;
   const bool reporter = group == nullptr || group->rank() == 0;
-  const std::vector<CallSpec> shapes = sweep_shapes(args);
+  const OpDescriptor& op = op_descriptor(args.op);
+  const std::vector<CallSpec> shapes = op.shapes(args);
   const arfCommConfig_t config = comm_config(args, shapes);
   Session session;
   why = session.open(args, header.layout, config, capacity_elems(shapes),
-                     args.op == Op::kQuant ? quant_scale_capacity(shapes) : 0, group.get());
+                     op.quant_variants ? quant_scale_capacity(shapes) : 0, group.get());
   if (!why.empty()) {
     std::fprintf(stderr, "arfusion-bench: error: %s\n", why.c_str());
     return 2;
@@ -230,10 +151,12 @@ int run_bench(const BenchArgs& args) {
   header.num_input_sets = ctx.buffers[ctx.local_rank()].num_sets();
   NcclBaseline nccl;  // destroyed before the session: its communicators are independent of ours
   setup_nccl(args, config, &nccl, &header);
-  if (measures_copy_bandwidth(args, header)) measure_copy_bandwidth(ctx, &header);
+  if (measures_copy_bandwidth(op, static_cast<int>(header.layout.devices.size()))) {
+    measure_copy_bandwidth(ctx, &header);
+  }
   describe_run(&header);
 
-  std::vector<std::string> columns = column_names(args);
+  std::vector<std::string> columns = op.columns(args);
   if (!header.nccl_label.empty()) columns.push_back(header.nccl_label);
   Report report(args, header, columns);
   report.set_quiet(!reporter);
@@ -242,8 +165,8 @@ int run_bench(const BenchArgs& args) {
   uint64_t calls = 0;
   std::string stopped;
   for (const CallSpec& spec : shapes) {
-    report.add_row(
-        measure_row(ctx, header.nccl_label.empty() ? nullptr : &nccl, spec, cfg, &calls, &stopped));
+    report.add_row(op.measure_row(ctx, header.nccl_label.empty() ? nullptr : &nccl, spec, cfg,
+                                  &calls, &stopped));
     if (!stopped.empty()) break;
   }
   report.set_stopped(stopped);
@@ -274,17 +197,18 @@ int run_bench(const BenchArgs& args) {
 }
 
 int print_dry_run(const BenchArgs& args) {
-  const std::vector<CallSpec> shapes = sweep_shapes(args);
+  const OpDescriptor& op = op_descriptor(args.op);
+  const std::vector<CallSpec> shapes = op.shapes(args);
   const arfCommConfig_t config = comm_config(args, shapes);
   std::printf("# dry run: op %s, dtype %s, %zu shapes, capacity %zu tokens x %zu hidden\n",
-              op_name(args.op), dtype_name(args.dtype), shapes.size(), config.max_tokens,
+              op.name, dtype_name(args.dtype), shapes.size(), config.max_tokens,
               config.max_hidden);
   std::printf("# columns:");
-  for (const std::string& name : column_names(args)) std::printf(" %s", name.c_str());
+  for (const std::string& name : op.columns(args)) std::printf(" %s", name.c_str());
   std::printf("\n# iters %d, warmup %d, cudagraph %d, check %d\n", args.iters, args.warmup_iters,
               args.graph_replays, args.check);
   for (const CallSpec& s : shapes) {
-    if (args.op == Op::kQuant) {
+    if (op.quant_variants) {
       std::printf("%-26s ",
                   quant_variant_label({s.pattern, s.scale_layout, s.scale_format}).c_str());
     }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "ops.h"
 #include "process_group.h"
 
 namespace arf::bench {
@@ -57,7 +58,8 @@ std::string Session::make_streams_and_buffers(int64_t capacity_elems, int64_t sc
   const int world = ctx_.world();
   std::map<int, int> ranks_on;
   for (int dev : ctx_.layout.devices) ++ranks_on[dev];
-  const bool with_residual = ctx_.args->op != Op::kAllReduce;
+  const OpDescriptor& op = op_descriptor(ctx_.args->op);
+  const bool with_residual = op.residual;
   const int64_t set_bytes = capacity_elems * 2 * (with_residual ? 2 : 1);
   std::vector<int64_t> sets(world, 1);
   std::vector<std::string> errors(world);
@@ -85,7 +87,7 @@ std::string Session::make_streams_and_buffers(int64_t capacity_elems, int64_t sc
     errors[rank] =
         allocate_buffers(rank, capacity_elems, ctx_.args->hidden, ctx_.args->dtype, num_sets,
                          with_residual, ctx_.streams[rank], &ctx_.buffers[rank]);
-    if (errors[rank].empty() && ctx_.args->op == Op::kQuant) {
+    if (errors[rank].empty() && op.quant_variants) {
       errors[rank] = allocate_quant_buffers(capacity_elems, scale_bytes, ctx_.streams[rank],
                                             &ctx_.buffers[rank]);
     }
