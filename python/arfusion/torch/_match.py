@@ -254,6 +254,13 @@ def _match_decomposed_from(y32, y32s, hidden, act_dtype) -> _Norm:
             g = _other_operand(u, n)
             w, plus_one = _match_weight_operand(g, hidden)
             outs = [c for c in u.users if _convert_dtype(c) == act_dtype]
+            if not outs and any(_is_call(c, *_ABS) for c in u.users):
+                # Inductor's pointless_convert folds fp32 -> bf16 -> fp32 when only the FP8 tail
+                # reads the rounded norm: the compiled graph then quantizes the unrounded value.
+                raise _NoMatch("the FP8 tail reads the unrounded fp32 norm (Inductor removes the "
+                               "round trip through the activation dtype when nothing else reads "
+                               "the rounded norm); arfusion quantizes the rounded norm, so fusing "
+                               "would change the result")
             if len(outs) != 1:
                 raise _NoMatch("the weighted fp32 norm is not converted to the activation dtype "
                                "exactly once")
@@ -427,7 +434,7 @@ def _has_fp8_consumer(node) -> bool:
 # ---- residual add --------------------------------------------------------------------------------
 
 
-def _match_fp32_residual(ar_val, hidden, act, shape):
+def _match_fp32_residual(ar_val, hidden, act, shape, order: dict):
     """vLLM's native RMSNorm: s32 = f32(ar) + f32(residual); residual := round(s32); the
     norm reads s32. Returns (norm, residual node, the rounded-residual node to replace)."""
     for c in ar_val.users:
@@ -440,7 +447,7 @@ def _match_fp32_residual(ar_val, hidden, act, shape):
             if _convert_dtype(other) != torch.float32:
                 continue
             res = other.args[0]
-            if _dtype(res) != act or _shape(res) != shape:
+            if _dtype(res) != act or _shape(res) != shape or order[res] > order[ar_val]:
                 continue
             rounded = [u for u in s32.users if _convert_dtype(u) == act]
             if len(rounded) != 1:
@@ -450,13 +457,17 @@ def _match_fp32_residual(ar_val, hidden, act, shape):
     raise _NoMatch("no f32(all-reduce) + f32(residual)")
 
 
-def _match_residual_norm(ar_val, hidden, act, shape, fp32_residual_add: bool):
+def _match_residual_norm(ar_val, hidden, act, shape, fp32_residual_add: bool, order: dict):
     """The residual add (or the first-layer form: the norm reads the all-reduce) and the RMSNorm
     after the all-reduce value ar_val: (norm, residual node or None, the node the fused op's
-    residual_out replaces, form), or _NoMatch with every form's reason."""
+    residual_out replaces, form), or _NoMatch with every form's reason. order: the graph's node
+    positions. An add is this all-reduce's residual add only when its other operand is defined
+    before ar_val: in `h = norm(ar1); ...; s = ar2 + ar1` the add belongs to ar2, and ar1 is the
+    first layer's all-reduce whose value the next layer reads as its residual."""
     adds = [u for u in ar_val.users if _is_call(u, _op("aten", "add", "Tensor"))
             and u.kwargs.get("alpha", 1) == 1 and _other_operand(u, ar_val) is not ar_val
             and isinstance(_other_operand(u, ar_val), fx.Node)
+            and order[_other_operand(u, ar_val)] < order[ar_val]
             and _shape(u) == shape and _dtype(u) == act
             and _shape(_other_operand(u, ar_val)) == shape
             and _dtype(_other_operand(u, ar_val)) == act]
@@ -483,7 +494,7 @@ def _match_residual_norm(ar_val, hidden, act, shape, fp32_residual_add: bool):
                 errors.append(f"on the all-reduce itself: {e}")
     if norm is None and fp32_residual_add:
         try:
-            norm, residual, y = _match_fp32_residual(ar_val, hidden, act, shape)
+            norm, residual, y = _match_fp32_residual(ar_val, hidden, act, shape, order)
             form = "fp32_residual"
         except _NoMatch as e:
             errors.append(f"fp32 residual form: {e}")

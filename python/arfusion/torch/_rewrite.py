@@ -21,22 +21,14 @@ def _insert_fused(graph, x, xv, act, hidden, residual, y, norm, quant, comm,
     """Inserts the fused op reading x (the all-reduce's input), residual, the norm's weight (a ones
     tensor when it has none) and quant's static scale after its last input, and reroutes the users
     of y (to residual_out), of norm.out and of quant's outputs to it. _NoMatch when no position
-    keeps the graph ordered (the graph is then unchanged) or no fake mode gives the fused op's
-    metadata."""
+    keeps the graph ordered or no fake mode gives the fused op's metadata (the graph is then
+    unchanged, but for inputs moved ahead, which keeps it ordered)."""
     # order: the fused node goes after its last input, before the first user of any output
-    order = {node: i for i, node in enumerate(graph.nodes)}
     inputs = [x] + [n for n in (residual, norm.weight, quant.scale_in if quant else None)
                     if isinstance(n, fx.Node)]
-    last_input = max(inputs, key=lambda n: order[n])
-    placeholders = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
-    if placeholders and order[placeholders[-1]] > order[last_input]:
-        last_input = placeholders[-1]  # keep the graph's inputs ahead of every computation
     replaced_outputs = [y, norm.out] + ([quant.q, quant.scale_out] if quant else [])
-    first_use = min((order[u] for o in replaced_outputs if o is not None for u in o.users),
-                    default=len(order))
-    if order[last_input] >= first_use:
-        raise _NoMatch("graph order: an input of the fused op is defined after a use of its "
-                       "outputs")
+    users = [u for o in replaced_outputs if o is not None for u in o.users]
+    last_input = _place_inputs_before_users(graph, inputs, users)
 
     with graph.inserting_after(last_input):
         weight_arg = norm.weight
@@ -45,6 +37,8 @@ def _insert_fused(graph, x, xv, act, hidden, residual, y, norm, quant, comm,
                 aten.full.default, ([hidden], 1.0),
                 {"dtype": act, "device": xv.device, "pin_memory": False})
             _fake_meta(weight_arg, (hidden,), act, xv)
+            last_input = weight_arg  # inserting_after(n) puts every new node right after n
+    with graph.inserting_after(last_input):
         if quant is None:
             target = _ops.op("fused_add_rms_norm_out")
             fargs = (x, residual, weight_arg, norm.eps, comm.name, norm.gamma_plus_one,
@@ -79,6 +73,51 @@ def _insert_fused(graph, x, xv, act, hidden, residual, y, norm, quant, comm,
                 if u not in quant.internal:
                     u.replace_input_with(norm.out, norm_new)
     y.replace_all_uses_with(res_new)
+
+
+def _describe(node) -> str:
+    target = getattr(node.target, "__name__", str(node.target))
+    return f"{node.name} ({node.op} {target})"
+
+
+def _place_inputs_before_users(graph, inputs, users):
+    """The node after which the fused op can go: after every input (and after the graph's
+    placeholders when an input is one), before every user of the outputs it replaces. An input
+    defined after such a user (Inductor's post-grad passes reorder for locality) is moved ahead of
+    that user together with every node it depends on that sits after it, provided none of them
+    has side effects (collectives, copies, mutations: their order is kept). _NoMatch otherwise,
+    with the graph unchanged."""
+    def last_of_inputs():
+        order = {node: i for i, node in enumerate(graph.nodes)}
+        last = max(inputs, key=lambda n: order[n])
+        if last.op == "placeholder":  # keep the graph's inputs ahead of every computation
+            last = [n for n in graph.nodes if n.op == "placeholder"][-1]
+        return last, order
+
+    last_input, order = last_of_inputs()
+    if not users:
+        return last_input
+    first_user = min(users, key=lambda u: order[u])
+    if order[last_input] < order[first_user]:
+        return last_input
+    # the nodes the late inputs need that sit at or after the first user
+    move, todo = set(), [n for n in inputs if order[n] >= order[first_user]]
+    while todo:
+        n = todo.pop()
+        if n in move or order[n] < order[first_user]:
+            continue
+        if n.op != "call_function" or n.is_impure() or n in users:
+            raise _NoMatch(
+                f"graph order: the fused op's input {_describe(last_input)} is defined after "
+                f"{_describe(first_user)}, which reads one of its outputs, and depends on "
+                f"{_describe(n)}, which cannot move ahead of it")
+        move.add(n)
+        todo.extend(a for a in n.all_input_nodes)
+    for n in sorted(move, key=lambda n: order[n]):
+        first_user.prepend(n)
+    last_input, order = last_of_inputs()
+    assert order[last_input] < order[first_user]
+    return last_input
 
 
 def _fake_meta(node, shape, dtype, like):

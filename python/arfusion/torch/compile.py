@@ -264,8 +264,9 @@ class AllReduceFusionPass(CustomGraphPass):
         shape = tuple(xv.shape)
 
         # residual add, or the first-layer form (norm reads the all-reduce)
+        order = {node: i for i, node in enumerate(graph.nodes)}
         norm, residual, y, form = _match_residual_norm(ar_val, hidden, act, shape,
-                                                       self.fp32_residual_add)
+                                                       self.fp32_residual_add, order)
         stats.matched += 1
         if form in ("residual", "fp32_residual") and len(ar_val.users) > 1:
             raise _NoMatch("the all-reduce result has users besides the residual add "
