@@ -111,7 +111,8 @@ def verdict(doc: dict) -> dict:
     for run in doc.get("runs", []):
         tp = run.get("tp")
         if run.get("status") != "ok":
-            failures.append(f"TP {tp}: run {run.get('status')}: " + "; ".join(run.get("errors", [])))
+            failures.append(f"TP {tp}: run {run.get('status')}: "
+                            + ("; ".join(run.get("errors", [])) or "a demanded gate failed (below)"))
         for g in run.get("gates", {}).get("demanded", []):
             if not g.get("ok"):
                 failures.append(f"TP {tp}: gate {g.get('name')}: {g.get('detail', '')}")

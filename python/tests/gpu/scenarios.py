@@ -137,7 +137,10 @@ def core(ctx, quick=False):
             _bits(res, res_ref, "residual_out vs the fp32 rank-order reference")
             norm_ref = ref.rms_norm(res_ref, w, eps, plus_one, rounding, dtype)
             ulps = ref.ulp_distance(norm.cpu(), norm_ref)
-            _require(int(ulps.max()) <= 1, f"norm vs reference: max {int(ulps.max())} ulp")
+            # the reference's rsqrt and sum order are not the kernel's: 1 ulp once; rounding
+            # before the weight can turn that ulp of x*rstd into 2 of the weighted result
+            limit = 2 if rounding == "before_weight" else 1
+            _require(int(ulps.max()) <= limit, f"norm vs reference: max {int(ulps.max())} ulp")
             exact = float((ulps == 0).float().mean())
             # every feasible forced algorithm gives the same bits
             forced = []
@@ -272,15 +275,15 @@ def core(ctx, quick=False):
         ctx.check(f"fused_add_rms_norm_quant {quant} {layout} {fmt}", run_quant)
 
     def refused_call_keeps_comm_usable():
-        x = torch.zeros(4, 1000, dtype=dtype, device=dev)   # hidden % 8 != 0
-        w = torch.ones(1000, dtype=dtype, device=dev)
+        x = torch.zeros(4, 1004, dtype=dtype, device=dev)   # hidden % 8 != 0
+        w = torch.ones(1004, dtype=dtype, device=dev)
         try:
             comm.fused_add_rms_norm_out(x, x.clone(), w, eps)
         except arfusion.ArfError as e:
             _require(e.status == "arfInvalidArgument", e)
             _require(e.message, "the library says why")
         else:
-            raise AssertionError("hidden 1000 was accepted")
+            raise AssertionError("hidden 1004 was accepted")
         xf = torch.zeros(4, 1024, dtype=torch.float16, device=dev)  # not the communicator's dtype
         wf = torch.ones(1024, dtype=torch.float16, device=dev)
         try:
@@ -756,7 +759,8 @@ def compiled(ctx):
         torch.cuda.synchronize()
         _require(p.stats.all_reduces == 1 and p.stats.replaced == 0 and len(p.stats.rejected) == 1,
                  p.stats.summary())
-        _require(torch.allclose(got, want), "outputs differ")
+        # Inductor keeps y + r in fp32 where eager rounds it to bf16: close, not equal
+        _require(torch.allclose(got, want, rtol=1e-2, atol=1e-2), "outputs differ")
         return p.stats.rejected[0][1]
 
     ctx.check("an all-reduce without an RMSNorm is left alone, with the reason", not_a_norm_is_reported)
