@@ -188,9 +188,10 @@ if(ARF_BUILD_TESTS)
   set(gpu_dir ${CMAKE_CURRENT_SOURCE_DIR}/tests/gpu)
   add_executable(arfusion_gpu_tests_no_shared_device_gate ${gpu_dir}/gpu_main.cc
     ${gpu_dir}/harness.cc ${gpu_dir}/harness_run.cc ${gpu_dir}/foreign_kernels.cu
-    ${gpu_dir}/test_shared_device.cc)
+    ${gpu_dir}/test_shared_device.cc ${ARF_CALLKIT_SOURCES})
   target_include_directories(arfusion_gpu_tests_no_shared_device_gate PRIVATE
-    ${CMAKE_CURRENT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR}/tests)
+    ${CMAKE_CURRENT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR}/tests
+    ${CMAKE_CURRENT_SOURCE_DIR}/tools/common)
   target_link_libraries(arfusion_gpu_tests_no_shared_device_gate PRIVATE
     arfusion_nc_no_shared_device_gate arfusion_reference GTest::gtest)
   arf_add_stress_test(negative_no_shared_device_gate "gpu;negative"

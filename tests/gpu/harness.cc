@@ -20,14 +20,6 @@
 
 namespace arf::test {
 
-DType ref_dtype(arfDataType_t dtype) {
-  switch (dtype) {
-    case arfFloat16: return DType::kFp16;
-    case arfFloat32: return DType::kFp32;
-    default: return DType::kBf16;
-  }
-}
-
 const char* dtype_tag(arfDataType_t dtype) { return dtype == arfFloat16 ? "fp16" : "bf16"; }
 
 std::string algorithm_tag(arfAlgorithm_t algorithm) {
@@ -93,28 +85,8 @@ HangGuard::~HangGuard() {
 
 // ---- DeviceBuffer ----------------------------------------------------------------------------
 
-DeviceBuffer::DeviceBuffer(int device, size_t bytes) : bytes_(bytes), device_(device) {
-  if (bytes == 0) return;
-  if (!cuda_ok(cudaSetDevice(device), "cudaSetDevice")) return;
-  if (!cuda_ok(cudaMalloc(&ptr_, bytes), "cudaMalloc")) ptr_ = nullptr;
-}
-
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_ == nullptr) return;
-  int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device_);
-  cuda_ok(cudaFree(ptr_), "cudaFree");
-  cudaSetDevice(previous);
-}
-
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-  std::swap(ptr_, other.ptr_);
-  std::swap(bytes_, other.bytes_);
-  std::swap(device_, other.device_);
-  return *this;
+DeviceBuffer::DeviceBuffer(int device, size_t bytes) : callkit::DeviceBuffer(device, bytes) {
+  if (!error().empty()) ADD_FAILURE() << error();
 }
 
 // ---- World -----------------------------------------------------------------------------------
@@ -190,23 +162,9 @@ void World::run_ranks(const std::function<void(int rank)>& fn) const {
 // ---- data ------------------------------------------------------------------------------------
 
 std::string CallSpec::label() const {
-  std::ostringstream os;
-  os << (flat ? "flat_allreduce" : arfPatternName(pattern)) << " " << arfAlgorithmName(algorithm)
-     << " tokens " << num_tokens << " hidden " << hidden;
-  if (gamma_fp32) os << " gamma_fp32";
-  if (gamma_plus_one) os << " gamma+1";
-  if (alias != kNoAlias) os << " alias 0x" << std::hex << alias << std::dec;
-  if (content != Content::kRandom) os << " content " << static_cast<int>(content);
-  if (no_residual) os << " no_residual";
-  if (norm_rounding != arfNormRoundOnce) os << " round_before_weight";
-  return os.str();
-}
-
-uint64_t mix_seed(uint64_t a, uint64_t b) {
-  uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  std::string label = callkit::CallSpec::label();
+  if (content != Content::kRandom) label += " content " + std::to_string(static_cast<int>(content));
+  return label;
 }
 
 uint64_t test_seed() {
@@ -220,10 +178,10 @@ uint64_t test_seed() {
 
 namespace {
 
-void fill_content(std::vector<uint16_t>& v, const CallSpec& spec, DType dtype, uint64_t seed,
-                  int rank, int world_size) {
+// The content's special values over one rank's random input (make_call_data drew it).
+void apply_content(std::vector<uint16_t>& v, const CallSpec& spec, DType dtype, int rank,
+                   int world_size) {
   const Content content = spec.content;
-  ref::fill_random(v.data(), static_cast<int64_t>(v.size()), dtype, seed);
   if (content == Content::kNanInf) {
     sprinkle_nan_inf_input(v.data(), spec.num_tokens, spec.hidden, rank, world_size, dtype);
   }
@@ -247,29 +205,14 @@ void fill_content(std::vector<uint16_t>& v, const CallSpec& spec, DType dtype, u
 
 CallData make_call_data(const CallSpec& spec, int world_size, arfDataType_t dtype, uint64_t seed) {
   const DType rd = ref_dtype(dtype);
-  CallData d;
-  d.inputs.resize(world_size);
-  for (int r = 0; r < world_size; ++r) {
-    d.inputs[r].resize(spec.elems());
-    fill_content(d.inputs[r], spec, rd, mix_seed(seed, r + 1), r, world_size);
-  }
+  CallData d = callkit::make_call_data(spec, world_size, dtype, seed);
+  for (int r = 0; r < world_size; ++r) apply_content(d.inputs[r], spec, rd, r, world_size);
   if (!spec.has_norm()) return d;
-  d.residual_in.resize(spec.elems());
-  ref::fill_random(d.residual_in.data(), spec.elems(), rd, mix_seed(seed, 1001));
   if (spec.content == Content::kAllNegativeZero) {
     std::fill(d.residual_in.begin(), d.residual_in.end(), 0x8000);  // an all-zero row: norm 0
   }
   if (spec.content == Content::kNanInf) {
     sprinkle_nan_inf_residual(d.residual_in.data(), spec.num_tokens, spec.hidden, rd);
-  }
-  std::vector<uint16_t> g(spec.hidden);
-  ref::fill_random(g.data(), spec.hidden, rd, mix_seed(seed, 1002));
-  const float base = spec.gamma_plus_one ? 0.0f : 1.0f;
-  for (uint16_t bits : g) {
-    const float x = ref::to_float(bits, rd);
-    // 0.1003 gives fp32 gamma a full mantissa, so rounding it to the dtype would show.
-    if (spec.gamma_fp32) d.gamma32.push_back(base + 0.1003f * x);
-    else d.gamma16.push_back(ref::from_float(base + 0.1f * x, rd));
   }
   return d;
 }
@@ -298,114 +241,29 @@ void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
 
 // ---- CallBuffers -----------------------------------------------------------------------------
 
-CallBuffers::CallBuffers(int device, const CallSpec& spec, arfDataType_t dtype)
-    : spec_(spec), dtype_(dtype) {
-  const size_t bytes = static_cast<size_t>(spec.elems()) * 2;
-  input_ = DeviceBuffer(device, bytes);
-  if (!spec.has_norm()) {
-    if (!(spec.alias & kAllReduceInPlace)) allreduce_out_ = DeviceBuffer(device, bytes);
-    return;
-  }
-  residual_in_ = DeviceBuffer(device, bytes);
-  gamma_ = DeviceBuffer(device, static_cast<size_t>(spec.hidden) * (spec.gamma_fp32 ? 4 : 2));
-  if (!(spec.alias & kResidualInPlace)) residual_out_ = DeviceBuffer(device, bytes);
-  if (!(spec.alias & kNormIntoInput)) norm_out_ = DeviceBuffer(device, bytes);
-}
-
-void* CallBuffers::allreduce_out() const {
-  return (spec_.alias & kAllReduceInPlace) ? input_.get() : allreduce_out_.get();
-}
-void* CallBuffers::residual_out() const {
-  // Without a residual the in-place form writes the (unread) residual_in buffer.
-  return (spec_.alias & kResidualInPlace) ? residual_in_.get() : residual_out_.get();
-}
-void* CallBuffers::norm_out() const {
-  return (spec_.alias & kNormIntoInput) ? input_.get() : norm_out_.get();
+CallBuffers::CallBuffers(int device, const callkit::CallSpec& spec, arfDataType_t dtype,
+                         Content content)
+    : callkit::CallBuffers(device, spec, dtype), content_(content) {
+  if (!error().empty()) ADD_FAILURE() << error();
 }
 
 void CallBuffers::upload(const CallData& data, int rank, cudaStream_t stream) const {
-  const size_t bytes = static_cast<size_t>(spec_.elems()) * 2;
-  cuda_ok(cudaMemcpyAsync(input_.get(), data.inputs[rank].data(), bytes, cudaMemcpyHostToDevice,
-                          stream), "upload input");
-  // 0xFFFF is NaN in bf16 and fp16: an output the kernel never wrote cannot pass. Where NaN is an
+  // 0xFF is NaN in every dtype: an output the kernel never wrote cannot pass. Where NaN is an
   // expected output (kNanInf) a NaN poison could, so those calls poison with a finite value.
-  const int poison = spec_.content == Content::kNanInf ? kFinitePoisonByte : 0xFF;
-  for (const DeviceBuffer* out : {&allreduce_out_, &residual_out_, &norm_out_}) {
-    if (out->get() != nullptr) {
-      cuda_ok(cudaMemsetAsync(out->get(), poison, bytes, stream), "poison");
-    }
-  }
-  if (!spec_.has_norm()) return;
-  cuda_ok(cudaMemcpyAsync(residual_in_.get(), data.residual_in.data(), bytes,
-                          cudaMemcpyHostToDevice, stream), "upload residual");
-  const void* gamma = spec_.gamma_fp32 ? static_cast<const void*>(data.gamma32.data())
-                                       : static_cast<const void*>(data.gamma16.data());
-  cuda_ok(cudaMemcpyAsync(gamma_.get(), gamma, gamma_.bytes(), cudaMemcpyHostToDevice, stream),
-          "upload gamma");
-}
-
-arfFusedArgs_t CallBuffers::args() const {
-  arfFusedArgs_t a;
-  arfFusedArgsInit(&a);
-  a.pattern = spec_.pattern;
-  a.algorithm = spec_.algorithm;
-  a.dtype = dtype_;
-  a.num_tokens = static_cast<size_t>(spec_.num_tokens);
-  a.hidden = static_cast<size_t>(spec_.hidden);
-  a.input = input_.get();
-  if (!spec_.has_norm()) {
-    a.allreduce_out = allreduce_out();
-    return a;
-  }
-  a.residual_in = spec_.no_residual ? nullptr : residual_in_.get();
-  a.residual_out = residual_out();
-  a.norm_rounding = spec_.norm_rounding;
-  a.norm_out = norm_out();
-  a.gamma = gamma_.get();
-  a.gamma_dtype = spec_.gamma_fp32 ? arfFloat32 : dtype_;
-  a.gamma_plus_one = spec_.gamma_plus_one ? 1 : 0;
-  a.eps = spec_.eps;
-  return a;
-}
-
-arfStatus_t CallBuffers::launch(arfComm_t comm, cudaStream_t stream) const {
-  if (spec_.flat) {
-    return arfAllReduce(comm, input_.get(), allreduce_out(), static_cast<size_t>(spec_.elems()),
-                        dtype_, stream);
-  }
-  const arfFusedArgs_t a = args();
-  return arfFusedAllReduce(comm, &a, stream);
+  const int poison = content_ == Content::kNanInf ? kFinitePoisonByte : callkit::kPoisonByte;
+  const std::string error = callkit::CallBuffers::upload(data, rank, stream, poison);
+  if (!error.empty()) ADD_FAILURE() << error;
 }
 
 void CallBuffers::clobber_inputs(cudaStream_t stream) const {
-  // 0x5A5A is a large finite value in both dtypes: a late read of it corrupts a result visibly.
-  const size_t bytes = static_cast<size_t>(spec_.elems()) * 2;
-  auto clobber = [&](void* ptr, size_t n) {
-    cuda_ok(cudaMemsetAsync(ptr, 0x5A, n, stream), "clobber input");
-  };
-  if (!spec_.has_norm()) {
-    if (!(spec_.alias & kAllReduceInPlace)) clobber(input_.get(), bytes);
-    return;
-  }
-  if (!(spec_.alias & kNormIntoInput)) clobber(input_.get(), bytes);
-  if (!(spec_.alias & kResidualInPlace)) clobber(residual_in_.get(), bytes);
-  clobber(gamma_.get(), gamma_.bytes());
+  const std::string error = callkit::CallBuffers::clobber_inputs(stream);
+  if (!error.empty()) ADD_FAILURE() << error;
 }
 
 RankOutputs CallBuffers::download(cudaStream_t stream) const {
   RankOutputs out;
-  if (!cuda_ok(cudaStreamSynchronize(stream), "sync before download")) return out;
-  const size_t n = static_cast<size_t>(spec_.elems());
-  auto fetch = [&](void* ptr, std::vector<uint16_t>& dst) {
-    dst.resize(n);
-    cuda_ok(cudaMemcpy(dst.data(), ptr, n * 2, cudaMemcpyDeviceToHost), "download");
-  };
-  if (!spec_.has_norm()) {
-    fetch(allreduce_out(), out.allreduce);
-  } else {
-    fetch(residual_out(), out.residual_out);
-    fetch(norm_out(), out.norm_out);
-  }
+  const std::string error = callkit::CallBuffers::download(stream, &out);
+  if (!error.empty()) ADD_FAILURE() << error;
   return out;
 }
 

@@ -23,11 +23,12 @@
 #include <vector>
 
 #include "arfusion/arfusion.h"
+#include "callkit/call_buffers.h"
 #include "reference/cpu_reference.h"
 
 namespace arf::test {
 
-DType ref_dtype(arfDataType_t dtype);
+using callkit::ref_dtype;
 const char* dtype_tag(arfDataType_t dtype);  // "bf16" / "fp16"
 // "OneshotLamport" etc., for test names (the CamelCase form of arfAlgorithmName).
 std::string algorithm_tag(arfAlgorithm_t algorithm);
@@ -52,22 +53,11 @@ class HangGuard {
   std::shared_ptr<State> state_;
 };
 
-// cudaMalloc'd memory on one device, freed on destruction.
-class DeviceBuffer {
+// callkit::DeviceBuffer that records a gtest failure when its allocation fails.
+class DeviceBuffer : public callkit::DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(int device, size_t bytes);
-  ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-  uint16_t* u16() const { return static_cast<uint16_t*>(ptr_); }
-  void* get() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-  int device_ = 0;
 };
 
 struct WorldOptions {
@@ -109,13 +99,12 @@ class World {
   std::vector<cudaStream_t> streams_;
 };
 
-// Legal in-place forms (arfusion.h).
-enum Alias : unsigned {
-  kNoAlias = 0,
-  kResidualInPlace = 1u << 0,   // residual_out == residual_in
-  kNormIntoInput = 1u << 1,     // norm_out == input
-  kAllReduceInPlace = 1u << 2,  // allreduce_out == input (pattern allreduce and flat calls)
-};
+// Legal in-place forms (arfusion.h): the call kit's.
+using callkit::Alias;
+using callkit::kAllReduceInPlace;
+using callkit::kNoAlias;
+using callkit::kNormIntoInput;
+using callkit::kResidualInPlace;
 
 // What the inputs hold. kRandom is ref::fill_random (1/64 special values); the next three stress
 // the Lamport sentinel (-0.0) and what a flush-to-zero would turn into it. kNanInf is random data
@@ -124,70 +113,44 @@ enum Alias : unsigned {
 // reference, and its outputs are poisoned with a finite value instead of NaN.
 enum class Content { kRandom, kAllNegativeZero, kAllNegativeSubnormal, kSentinelMix, kNanInf };
 
-struct CallSpec {
-  arfPattern_t pattern = arfPatternResidualRmsNorm;
-  arfAlgorithm_t algorithm = arfAlgoAuto;
-  int64_t num_tokens = 1;
-  int64_t hidden = 4096;
-  bool gamma_fp32 = false;
-  bool gamma_plus_one = false;
-  float eps = 1e-6f;
-  unsigned alias = kNoAlias;
-  bool flat = false;  // arfAllReduce of num_tokens * hidden elements (pattern allreduce)
+// The kit's call spec (tests/gpu uses the unquantized patterns; quant_harness.h the others) and
+// what its inputs hold.
+struct CallSpec : callkit::CallSpec {
   Content content = Content::kRandom;
-  bool no_residual = false;  // residual_in NULL (the first layer): residual_out = the all-reduce
-  arfNormRounding_t norm_rounding = arfNormRoundOnce;
-
-  int64_t elems() const { return num_tokens * hidden; }
-  bool has_norm() const { return !flat && pattern == arfPatternResidualRmsNorm; }
-  std::string label() const;
+  std::string label() const;  // the kit's label, and the content when not random
 };
 
-// Host inputs of one call: input distinct per rank; residual and gamma replicated, as in TP.
-struct CallData {
-  std::vector<std::vector<uint16_t>> inputs;  // [rank][elems]
-  std::vector<uint16_t> residual_in;
-  std::vector<uint16_t> gamma16;
-  std::vector<float> gamma32;
-};
+// Host inputs of one call: callkit::make_call_data, then the spec's content applied on top.
+using callkit::CallData;
+using callkit::mix_seed;
 
 // Seed of the current test (a hash of its full name), so every test draws its own data.
 uint64_t test_seed();
-uint64_t mix_seed(uint64_t a, uint64_t b);
 CallData make_call_data(const CallSpec& spec, int world_size, arfDataType_t dtype, uint64_t seed);
 // One CallData per spec, generated in parallel; call c uses mix_seed(base_seed, c).
 std::vector<CallData> make_all_call_data(const std::vector<CallSpec>& specs, int world_size,
                                          arfDataType_t dtype, uint64_t base_seed);
 
-struct RankOutputs {
-  std::vector<uint16_t> allreduce, residual_out, norm_out;
-};
+using callkit::RankOutputs;
 using CallResult = std::vector<RankOutputs>;  // [rank]
 
-// Device buffers of one call on one rank, with the spec's aliasing applied.
-class CallBuffers {
+// callkit::CallBuffers (one call's device buffers on one rank, the spec's aliasing applied) whose
+// failures are gtest failures. Outputs are poisoned with 0xFF (NaN in every dtype), or with
+// kFinitePoisonByte for the kNanInf content, where a NaN output is expected and a NaN poison
+// could pass.
+class CallBuffers : public callkit::CallBuffers {
  public:
-  CallBuffers(int device, const CallSpec& spec, arfDataType_t dtype);
+  CallBuffers(int device, const CallSpec& spec, arfDataType_t dtype)
+      : CallBuffers(device, spec, dtype, spec.content) {}
+  CallBuffers(int device, const callkit::CallSpec& spec, arfDataType_t dtype, Content content);
   // Copies the rank's inputs (stream-ordered) and poisons every output that is not an input.
   void upload(const CallData& data, int rank, cudaStream_t stream) const;
-  arfFusedArgs_t args() const;
-  // arfFusedAllReduce, or arfAllReduce for flat specs.
-  arfStatus_t launch(arfComm_t comm, cudaStream_t stream) const;
   // Overwrites the inputs that are not also outputs (the consumer trick), stream-ordered.
   void clobber_inputs(cudaStream_t stream) const;
   RankOutputs download(cudaStream_t stream) const;  // synchronizes `stream`
 
-  void* input() const { return input_.get(); }
-  void* residual_in() const { return residual_in_.get(); }
-  void* gamma() const { return gamma_.get(); }
-  void* allreduce_out() const;
-  void* residual_out() const;
-  void* norm_out() const;
-
  private:
-  CallSpec spec_;
-  arfDataType_t dtype_;
-  DeviceBuffer input_, residual_in_, gamma_, allreduce_out_, residual_out_, norm_out_;
+  Content content_;
 };
 
 struct RunOptions {

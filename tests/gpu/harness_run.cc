@@ -102,21 +102,8 @@ void check_calls(const World& world, const std::vector<CallSpec>& specs,
   std::vector<std::vector<std::string>> errors(specs.size());
   parallel_for(static_cast<int64_t>(specs.size()), [&](int64_t c) {
     const CallSpec& spec = specs[c];
-    ref::FusedInputs in;
-    in.dtype = dtype;
-    in.num_tokens = spec.num_tokens;
-    in.hidden = spec.hidden;
-    for (const auto& input : data[c].inputs) in.rank_inputs.push_back(input.data());
-    if (spec.has_norm()) {
-      in.residual_in = spec.no_residual ? nullptr : data[c].residual_in.data();
-      in.norm_rounding = static_cast<int>(spec.norm_rounding);
-      in.gamma = spec.gamma_fp32 ? static_cast<const void*>(data[c].gamma32.data())
-                                 : static_cast<const void*>(data[c].gamma16.data());
-      in.gamma_dtype = spec.gamma_fp32 ? DType::kFp32 : dtype;
-      in.gamma_offset = spec.gamma_plus_one ? 1.0f : 0.0f;
-      in.eps = spec.eps;
-    }
-    const ref::FusedOutputs want = ref::reference_fused(in);
+    const ref::FusedOutputs want =
+        ref::reference_fused(callkit::reference_inputs(spec, world.dtype(), data[c]));
     const int64_t n = spec.elems();
     // NaN matches NaN against the reference only for the NaN/Inf content (edge_values.h); anywhere
     // else a NaN output is wrong, and a reference with NaN would be a data bug that lets

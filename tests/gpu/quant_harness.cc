@@ -29,7 +29,7 @@ ref::QuantSpec ref_spec(const QuantCallSpec& s) {
   }
   spec.static_scale = s.static_scale;
   spec.global_scale = kGlobalScale;
-  spec.ue8m0 = s.pattern == arfPatternResidualRmsNormFp8PerGroup && s.format != arfScaleFp32;
+  spec.ue8m0 = s.pattern == arfPatternResidualRmsNormFp8PerGroup && s.scale_format != arfScaleFp32;
   return spec;
 }
 
@@ -57,106 +57,6 @@ std::string first_byte_mismatch(const V& got, const V& want, const char* what) {
   return os.str();
 }
 
-// One call's device buffers on one rank.
-class QuantBuffers {
- public:
-  QuantBuffers(int device, const QuantCallSpec& spec, arfDataType_t dtype)
-      : spec_(spec), dtype_(dtype) {
-    const size_t bytes = static_cast<size_t>(spec.elems()) * 2;
-    input_ = DeviceBuffer(device, bytes);
-    residual_in_ = DeviceBuffer(device, bytes);
-    gamma_ = DeviceBuffer(device, static_cast<size_t>(spec.hidden) * 2);
-    residual_out_ = DeviceBuffer(device, bytes);
-    if (spec.norm_side_output) norm_out_ = DeviceBuffer(device, bytes);
-    quant_out_ = DeviceBuffer(device, spec.quant_bytes());
-    scale_out_ = DeviceBuffer(device, spec.scale_bytes());
-    if (quant_reads_scale_in(internal(spec.pattern))) scale_in_ = DeviceBuffer(device, 4);
-    scale_in_value_ =
-        spec.pattern == arfPatternResidualRmsNormNvfp4 ? kGlobalScale : spec.static_scale;
-  }
-
-  void upload(const CallData& data, int rank, cudaStream_t stream) const {
-    const size_t bytes = static_cast<size_t>(spec_.elems()) * 2;
-    cuda_ok(cudaMemcpyAsync(input_.get(), data.inputs[rank].data(), bytes, cudaMemcpyHostToDevice,
-                            stream),
-            "upload input");
-    cuda_ok(cudaMemcpyAsync(residual_in_.get(), data.residual_in.data(), bytes,
-                            cudaMemcpyHostToDevice, stream),
-            "upload residual");
-    cuda_ok(cudaMemcpyAsync(gamma_.get(), data.gamma16.data(), gamma_.bytes(),
-                            cudaMemcpyHostToDevice, stream),
-            "upload gamma");
-    if (scale_in_.get() != nullptr) {
-      // A member: it outlives the copy (cudaMemcpyAsync may read it after returning).
-      cuda_ok(cudaMemcpyAsync(scale_in_.get(), &scale_in_value_, 4, cudaMemcpyHostToDevice,
-                              stream),
-              "upload scale_in");
-    }
-    // 0xFF: NaN in bf16/fp16, e4m3 and fp32, UE8M0's NaN, e2m1 -6 pairs. Scale padding is poisoned
-    // too: the kernels must write it as zero.
-    for (const DeviceBuffer* out : {&residual_out_, &norm_out_, &quant_out_, &scale_out_}) {
-      if (out->get() != nullptr) {
-        cuda_ok(cudaMemsetAsync(out->get(), 0xFF, out->bytes(), stream), "poison");
-      }
-    }
-  }
-
-  arfFusedArgs_t args() const {
-    arfFusedArgs_t a;
-    arfFusedArgsInit(&a);
-    a.pattern = spec_.pattern;
-    a.algorithm = spec_.algorithm;
-    a.fallback = spec_.fallback;
-    a.dtype = dtype_;
-    a.gamma_dtype = dtype_;
-    a.num_tokens = static_cast<size_t>(spec_.num_tokens);
-    a.hidden = static_cast<size_t>(spec_.hidden);
-    a.input = input_.get();
-    a.residual_in = residual_in_.get();
-    a.gamma = gamma_.get();
-    a.residual_out = residual_out_.get();
-    a.norm_out = norm_out_.get();
-    a.quant_out = quant_out_.get();
-    a.scale_out = scale_out_.get();
-    a.scale_in = static_cast<const float*>(scale_in_.get());
-    a.scale_layout = spec_.layout;
-    a.scale_format = spec_.format;
-    return a;
-  }
-
-  // The consumer trick (harness.h): whatever the call still reads afterwards becomes garbage.
-  void clobber(cudaStream_t stream) const {
-    for (const DeviceBuffer* in : {&input_, &residual_in_, &gamma_, &scale_in_}) {
-      if (in->get() != nullptr) {
-        cuda_ok(cudaMemsetAsync(in->get(), 0x5A, in->bytes(), stream), "clobber input");
-      }
-    }
-  }
-
-  QuantRankOutputs download(cudaStream_t stream) const {
-    QuantRankOutputs out;
-    if (!cuda_ok(cudaStreamSynchronize(stream), "sync before download")) return out;
-    auto fetch = [](const DeviceBuffer& buf, auto& dst) {
-      dst.resize(buf.bytes() / sizeof(dst[0]));
-      if (buf.bytes() > 0) {
-        cuda_ok(cudaMemcpy(dst.data(), buf.get(), buf.bytes(), cudaMemcpyDeviceToHost), "download");
-      }
-    };
-    fetch(residual_out_, out.residual_out);
-    fetch(norm_out_, out.norm_out);
-    fetch(quant_out_, out.quant_out);
-    fetch(scale_out_, out.scale_out);
-    return out;
-  }
-
- private:
-  QuantCallSpec spec_;
-  arfDataType_t dtype_;
-  float scale_in_value_ = 0.0f;
-  DeviceBuffer input_, residual_in_, gamma_, residual_out_, norm_out_, quant_out_, scale_out_,
-      scale_in_;
-};
-
 std::string plan_error(const QuantCallSpec& spec, const arfPlan_t& p) {
   std::ostringstream os;
   const int level = spec.expected_level();
@@ -179,22 +79,13 @@ bool same_plan(const arfPlan_t& a, const arfPlan_t& b) {
 
 }  // namespace
 
-uint64_t QuantCallSpec::quant_bytes() const {
-  return static_cast<uint64_t>(quant_out_bytes(internal(pattern), num_tokens, hidden));
-}
-
-uint64_t QuantCallSpec::scale_bytes() const {
-  return arfScaleBufferBytes(pattern, layout, format, static_cast<size_t>(num_tokens),
-                             static_cast<size_t>(hidden));
-}
-
 int QuantCallSpec::expected_level() const {
   if (fallback != arfFallbackAuto) return static_cast<int>(fallback);
   return algorithm == arfAlgoUnfused ? 3 : 1;
 }
 
 CallSpec QuantCallSpec::data_spec() const {
-  CallSpec s;
+  test::CallSpec s;
   s.pattern = arfPatternResidualRmsNorm;
   s.num_tokens = num_tokens;
   s.hidden = hidden;
@@ -202,15 +93,7 @@ CallSpec QuantCallSpec::data_spec() const {
 }
 
 std::string QuantCallSpec::label() const {
-  std::ostringstream os;
-  os << arfPatternName(pattern) << " " << arfAlgorithmName(algorithm) << " level "
-     << static_cast<int>(fallback) << " tokens " << num_tokens << " hidden " << hidden << " layout "
-     << static_cast<int>(layout) << " format " << static_cast<int>(format)
-     << (norm_side_output ? " +norm_out" : "") << " data " << data_index;
-  if (pattern == arfPatternResidualRmsNormFp8PerTensor && static_scale != kStaticScale) {
-    os << " scale " << static_scale;
-  }
-  return os.str();
+  return callkit::CallSpec::label() + " data " + std::to_string(data_index);
 }
 
 std::vector<QuantCallResult> run_quant_calls(const World& world,
@@ -220,15 +103,15 @@ std::vector<QuantCallResult> run_quant_calls(const World& world,
   const size_t num_calls = specs.size();
   std::vector<QuantCallResult> results(num_calls, QuantCallResult(world_size));
   std::vector<std::vector<arfPlan_t>> plans(num_calls, std::vector<arfPlan_t>(world_size));
-  std::vector<std::vector<std::unique_ptr<QuantBuffers>>> buffers(world_size);
+  std::vector<std::vector<std::unique_ptr<CallBuffers>>> buffers(world_size);
   HangGuard guard(120, "a batch of " + std::to_string(num_calls) + " quantized calls");
   std::barrier ready(world_size), enqueued(world_size);
   world.run_ranks([&](int r) {
     const cudaStream_t stream = world.stream(r);
     bool ok = true;
     for (size_t c = 0; c < num_calls; ++c) {
-      buffers[r].push_back(
-          std::make_unique<QuantBuffers>(world.device(r), specs[c], world.dtype()));
+      buffers[r].push_back(std::make_unique<CallBuffers>(world.device(r), specs[c],
+                                                         world.dtype(), Content::kRandom));
       buffers[r][c]->upload(data[specs[c].data_index], r, stream);
       const arfFusedArgs_t args = buffers[r][c]->args();
       const arfStatus_t st = arfPlan(world.comm(r), &args, &plans[c][r]);
@@ -246,11 +129,10 @@ std::vector<QuantCallResult> run_quant_calls(const World& world,
       return;
     }
     for (size_t c = 0; c < num_calls; ++c) {
-      const arfFusedArgs_t args = buffers[r][c]->args();
-      const arfStatus_t st = arfFusedAllReduce(world.comm(r), &args, stream);
+      const arfStatus_t st = buffers[r][c]->launch(world.comm(r), stream);
       if (st != arfSuccess) ADD_FAILURE() << where(c, specs[c], r) << status_text(st);
       enqueued.arrive_and_wait();  // as harness_run.cc: the clobber never queues ahead of a peer
-      buffers[r][c]->clobber(stream);
+      buffers[r][c]->clobber_inputs(stream);
     }
     cuda_ok(cudaStreamSynchronize(stream), "stream after calls");
     const arfStatus_t async = arfCommGetAsyncError(world.comm(r));
@@ -283,16 +165,8 @@ void check_quant_calls(const World& world, const std::vector<QuantCallSpec>& spe
   }
   parallel_for(static_cast<int64_t>(data.size()), [&](int64_t d) {
     if (anchor[d] < 0) return;
-    const QuantCallSpec& spec = specs[anchor[d]];
-    ref::FusedInputs in;
-    in.dtype = dtype;
-    in.num_tokens = spec.num_tokens;
-    in.hidden = spec.hidden;
-    for (const auto& input : data[d].inputs) in.rank_inputs.push_back(input.data());
-    in.residual_in = data[d].residual_in.data();
-    in.gamma = data[d].gamma16.data();
-    in.gamma_dtype = dtype;
-    want[d] = ref::reference_fused(in);
+    want[d] = ref::reference_fused(
+        callkit::reference_inputs(specs[anchor[d]], world.dtype(), data[d]));
   });
   std::vector<std::vector<std::string>> errors(specs.size());
   parallel_for(static_cast<int64_t>(specs.size()), [&](int64_t c) {
@@ -316,9 +190,10 @@ void check_quant_calls(const World& world, const std::vector<QuantCallSpec>& spe
       const std::string error = ref::quantize_reference(
           got0.norm_out.data(), dtype, spec.num_tokens, spec.hidden, ref_spec(spec), &q);
       if (!error.empty()) return fail(0, "reference: " + error);
-      const quant::ScaleStorage storage = quant_scale_storage(internal(spec.pattern), spec.format);
+      const quant::ScaleStorage storage =
+          quant_scale_storage(internal(spec.pattern), spec.scale_format);
       fail(0, ref::first_quant_mismatch(q, got0.quant_out.data(), got0.scale_out.data(),
-                                        static_cast<quant::ScaleLayout>(spec.layout), storage,
+                                        static_cast<quant::ScaleLayout>(spec.scale_layout), storage,
                                         /*max_steps=*/0));
       fail(0, first_byte_mismatch(got0.norm_out, base.norm_out, "norm_out vs group anchor"));
     }

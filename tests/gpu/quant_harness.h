@@ -22,38 +22,24 @@
 
 namespace arf::test {
 
-// Values the scale_in of per-tensor FP8 and NVFP4 calls hold. Norms of the harness data are a few
-// units at most: 1/64 keeps most FP8 values inside e4m3's range and saturates a few (both paths
-// tested); 448 * 6 / 8 is the usual NVFP4 global scale for a tensor amax of 8.
-inline constexpr float kStaticScale = 1.0f / 64.0f;
-inline constexpr float kGlobalScale = 448.0f * 6.0f / 8.0f;
+using callkit::kGlobalScale;  // scale_in of NVFP4 calls
+using callkit::kStaticScale;  // scale_in of FP8 per-tensor calls (CallSpec::static_scale)
 
-struct QuantCallSpec {
-  arfPattern_t pattern = arfPatternResidualRmsNormFp8PerToken;
-  arfAlgorithm_t algorithm = arfAlgoAuto;
-  arfFallbackLevel_t fallback = arfFallbackAuto;
-  int64_t num_tokens = 1;
-  int64_t hidden = 4096;
-  arfScaleLayout_t layout = arfScaleRowMajor;
-  arfScaleFormat_t format = arfScaleFp32;
-  bool norm_side_output = true;  // pass norm_out (else NULL)
-  float static_scale = kStaticScale;  // scale_in of fp8 per-tensor calls
-  size_t data_index = 0;         // which CallData (and identity group) the call uses
+// A quantized call of the kit (pattern, fallback, scale layout and format, norm side output,
+// static scale) and the data set it reads.
+struct QuantCallSpec : callkit::CallSpec {
+  QuantCallSpec() { pattern = arfPatternResidualRmsNormFp8PerToken; }
+  size_t data_index = 0;  // which CallData (and identity group) the call uses
 
-  int64_t elems() const { return num_tokens * hidden; }
-  uint64_t quant_bytes() const;  // quant_out extent
-  uint64_t scale_bytes() const;  // arfScaleBufferBytes (0 for per-tensor)
   // The level arfPlan must report: the forced one, else 3 for unfused and 1 otherwise.
   int expected_level() const;
   // The residual_rmsnorm CallSpec whose data (make_call_data) this call consumes.
-  CallSpec data_spec() const;
-  std::string label() const;
+  test::CallSpec data_spec() const;
+  std::string label() const;  // the kit's label and the data index
 };
 
-struct QuantRankOutputs {
-  std::vector<uint16_t> residual_out, norm_out;  // norm_out empty without the side output
-  std::vector<uint8_t> quant_out, scale_out;     // scale_out empty for per-tensor
-};
+// norm_out empty without the side output, scale_out empty for per-tensor.
+using QuantRankOutputs = callkit::RankOutputs;
 using QuantCallResult = std::vector<QuantRankOutputs>;  // [rank]
 
 // Allocates and uploads every call's buffers on every rank and asks arfPlan for each call (the

@@ -77,8 +77,8 @@ std::vector<QuantCallSpec> format_specs(const ScaleFormat& f, int rotation) {
     for (int i = 0; i < 2; ++i, ++k) {
       QuantCallSpec base;
       base.pattern = f.pattern;
-      base.layout = f.layout;
-      base.format = f.format;
+      base.scale_layout = f.layout;
+      base.scale_format = f.format;
       base.hidden = hidden;
       base.num_tokens = kTokens[(2 * k + i) % kNumTokens];
       base.data_index = data_index++;
@@ -215,8 +215,8 @@ TEST_P(QuantEdge, Fp8NearAndPastMaxAndLargeScales) {
     for (const auto [hidden, tokens] : {std::pair<int64_t, int64_t>{4096, 6}, {7168, 33}}) {
       QuantCallSpec base;
       base.pattern = f.pattern;
-      base.layout = f.layout;
-      base.format = f.format;
+      base.scale_layout = f.layout;
+      base.scale_format = f.format;
       base.static_scale = f.static_scale;
       base.hidden = hidden;
       base.num_tokens = tokens;
