@@ -15,9 +15,9 @@ if(NOT ARF_IPC_TEST_SOURCES)
   return()
 endif()
 
-add_executable(arfusion_ipc_tests ${ARF_IPC_TEST_SOURCES})
+add_executable(arfusion_ipc_tests ${ARF_IPC_TEST_SOURCES} ${ARF_CALLKIT_SOURCES})
 target_include_directories(arfusion_ipc_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src
-  ${CMAKE_CURRENT_SOURCE_DIR}/tests)
+  ${CMAKE_CURRENT_SOURCE_DIR}/tests ${CMAKE_CURRENT_SOURCE_DIR}/tools/common)
 target_link_libraries(arfusion_ipc_tests PRIVATE arfusion arfusion_reference GTest::gtest
   Threads::Threads)
 target_compile_options(arfusion_ipc_tests PRIVATE ${ARF_WARNINGS})

@@ -13,10 +13,6 @@
 namespace arf::ipc_test {
 namespace {
 
-DType ref_dtype(arfDataType_t dtype) {
-  return dtype == arfFloat16 ? DType::kFp16 : dtype == arfFloat32 ? DType::kFp32 : DType::kBf16;
-}
-
 std::string call_where(size_t call, const CallSpec& spec) {
   return "call " + std::to_string(call) + " [" + spec.label() + "]";
 }
@@ -71,11 +67,11 @@ std::string plan_error(const CallSpec& spec, const arfPlan_t& p) {
   return s.empty() ? "" : s.substr(2) + " in " + plan_text(p);
 }
 
-template <typename V>
-bool fetch(RankContext& ctx, const void* device, size_t bytes, V* host) {
-  host->resize(bytes / sizeof((*host)[0]));
-  if (device == nullptr || bytes == 0) return true;
-  return cuda_ok(ctx, cudaMemcpy(host->data(), device, bytes, cudaMemcpyDeviceToHost), "download");
+// Reports a kit step's failure through ctx; whether the step succeeded.
+bool kit_ok(RankContext& ctx, const std::string& error) {
+  if (error.empty()) return true;
+  ctx.fail(error);
+  return false;
 }
 
 }  // namespace
@@ -153,168 +149,38 @@ cudaStream_t make_stream(RankContext& ctx) {
 
 // ---- calls -----------------------------------------------------------------------------------
 
-std::string CallSpec::label() const {
-  std::ostringstream os;
-  os << (flat ? "flat_allreduce" : arfPatternName(pattern)) << " " << arfAlgorithmName(algorithm)
-     << " tokens " << num_tokens << " hidden " << hidden << (gamma_fp32 ? " gamma_fp32" : "");
-  return os.str();
-}
-
-CallData make_call_data(const CallSpec& spec, int world, arfDataType_t dtype, uint64_t seed) {
-  const DType rd = ref_dtype(dtype);
-  CallData d;
-  d.inputs.resize(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    d.inputs[r].resize(static_cast<size_t>(spec.elems()));
-    ref::fill_random(d.inputs[r].data(), spec.elems(), rd, mix_seed(seed, r + 1));
-  }
-  if (!spec.has_norm()) return d;
-  d.residual_in.resize(static_cast<size_t>(spec.elems()));
-  ref::fill_random(d.residual_in.data(), spec.elems(), rd, mix_seed(seed, 1001));
-  std::vector<uint16_t> g(static_cast<size_t>(spec.hidden));
-  ref::fill_random(g.data(), spec.hidden, rd, mix_seed(seed, 1002));
-  for (uint16_t bits : g) {
-    const float x = ref::to_float(bits, rd);
-    if (spec.gamma_fp32) d.gamma32.push_back(1.0f + 0.1003f * x);
-    else d.gamma16.push_back(ref::from_float(1.0f + 0.1f * x, rd));
-  }
-  return d;
-}
-
 std::unique_ptr<CallBuffers> CallBuffers::create(RankContext& ctx, const CallSpec& spec,
                                                  arfDataType_t dtype) {
-  std::unique_ptr<CallBuffers> b(new CallBuffers(spec, dtype));
-  if (!b->allocate(ctx)) return nullptr;
+  if (spec.quantized() && spec.scale_bytes() == 0) {
+    ctx.fail("arfScaleBufferBytes is 0 for " + spec.label());
+    return nullptr;
+  }
+  int device = 0;
+  if (!cuda_ok(ctx, cudaGetDevice(&device), "cudaGetDevice")) return nullptr;
+  std::unique_ptr<CallBuffers> b(new CallBuffers(device, spec, dtype));
+  if (!kit_ok(ctx, b->error())) return nullptr;
   return b;
 }
 
-bool CallBuffers::allocate(RankContext& ctx) {
-  const size_t bytes = static_cast<size_t>(spec_.elems()) * 2;
-  auto alloc = [&](void** p, size_t n, const char* what) {
-    return cuda_ok(ctx, cudaMalloc(p, n), std::string("cudaMalloc ") + what);
-  };
-  if (!alloc(&input_, bytes, "input")) return false;
-  if (!spec_.has_norm()) return alloc(&allreduce_out_, bytes, "allreduce_out");
-  const size_t gamma_bytes = static_cast<size_t>(spec_.hidden) * (spec_.gamma_fp32 ? 4 : 2);
-  if (!alloc(&residual_in_, bytes, "residual_in") || !alloc(&gamma_, gamma_bytes, "gamma") ||
-      !alloc(&residual_out_, bytes, "residual_out") || !alloc(&norm_out_, bytes, "norm_out")) {
-    return false;
-  }
-  if (!spec_.quantized()) return true;
-  scale_bytes_ = arfScaleBufferBytes(spec_.pattern, arfScaleRowMajor, arfScaleFp32,
-                                     static_cast<size_t>(spec_.num_tokens),
-                                     static_cast<size_t>(spec_.hidden));
-  if (scale_bytes_ == 0) {
-    ctx.fail("arfScaleBufferBytes is 0 for " + spec_.label());
-    return false;
-  }
-  // e4m3: one byte per element.
-  return alloc(&quant_out_, static_cast<size_t>(spec_.elems()), "quant_out") &&
-         alloc(&scale_out_, scale_bytes_, "scale_out");
-}
-
-CallBuffers::~CallBuffers() {
-  for (void* p : {input_, residual_in_, gamma_, allreduce_out_, residual_out_, norm_out_,
-                  quant_out_, scale_out_}) {
-    if (p != nullptr) cudaFree(p);
-  }
-}
-
 bool CallBuffers::upload(RankContext& ctx, const CallData& data, cudaStream_t stream) const {
-  const size_t bytes = static_cast<size_t>(spec_.elems()) * 2;
-  bool ok = cuda_ok(ctx, cudaMemcpyAsync(input_, data.inputs[ctx.rank()].data(), bytes,
-                                         cudaMemcpyHostToDevice, stream), "upload input");
-  if (spec_.has_norm()) {
-    ok = ok && cuda_ok(ctx, cudaMemcpyAsync(residual_in_, data.residual_in.data(), bytes,
-                                            cudaMemcpyHostToDevice, stream), "upload residual");
-    const void* gamma = spec_.gamma_fp32 ? static_cast<const void*>(data.gamma32.data())
-                                         : static_cast<const void*>(data.gamma16.data());
-    const size_t gamma_bytes = static_cast<size_t>(spec_.hidden) * (spec_.gamma_fp32 ? 4 : 2);
-    ok = ok && cuda_ok(ctx, cudaMemcpyAsync(gamma_, gamma, gamma_bytes, cudaMemcpyHostToDevice,
-                                            stream), "upload gamma");
-  }
-  // 0xFF is NaN in bf16, fp16, e4m3 and fp32: an output the kernel never wrote cannot pass.
-  const std::pair<void*, size_t> outputs[] = {
-      {allreduce_out_, bytes}, {residual_out_, bytes}, {norm_out_, bytes},
-      {quant_out_, static_cast<size_t>(spec_.elems())}, {scale_out_, scale_bytes_}};
-  for (const auto& [ptr, n] : outputs) {
-    if (ptr != nullptr) ok = ok && cuda_ok(ctx, cudaMemsetAsync(ptr, 0xFF, n, stream), "poison");
-  }
-  return ok;
-}
-
-arfFusedArgs_t CallBuffers::args() const {
-  arfFusedArgs_t a;
-  arfFusedArgsInit(&a);
-  a.pattern = spec_.pattern;
-  a.algorithm = spec_.algorithm;
-  a.dtype = dtype_;
-  a.num_tokens = static_cast<size_t>(spec_.num_tokens);
-  a.hidden = static_cast<size_t>(spec_.hidden);
-  a.input = input_;
-  a.allreduce_out = allreduce_out_;
-  a.residual_in = residual_in_;
-  a.residual_out = residual_out_;
-  a.norm_out = norm_out_;
-  a.gamma = gamma_;
-  a.gamma_dtype = spec_.gamma_fp32 ? arfFloat32 : dtype_;
-  a.quant_out = quant_out_;
-  a.scale_out = scale_out_;
-  a.scale_layout = arfScaleRowMajor;
-  a.scale_format = arfScaleFp32;
-  return a;
-}
-
-arfStatus_t CallBuffers::launch(arfComm_t comm, cudaStream_t stream) const {
-  if (spec_.flat) {
-    return arfAllReduce(comm, input_, allreduce_out_, static_cast<size_t>(spec_.elems()), dtype_,
-                        stream);
-  }
-  const arfFusedArgs_t a = args();
-  return arfFusedAllReduce(comm, &a, stream);
+  return kit_ok(ctx, callkit::CallBuffers::upload(data, ctx.rank(), stream));
 }
 
 bool CallBuffers::clobber_inputs(RankContext& ctx, cudaStream_t stream) const {
-  const size_t bytes = static_cast<size_t>(spec_.elems()) * 2;
-  const size_t gamma_bytes = static_cast<size_t>(spec_.hidden) * (spec_.gamma_fp32 ? 4 : 2);
-  const std::pair<void*, size_t> inputs[] = {
-      {input_, bytes}, {residual_in_, bytes}, {gamma_, gamma_bytes}};
-  bool ok = true;
-  for (const auto& [ptr, n] : inputs) {
-    if (ptr != nullptr) ok = ok && cuda_ok(ctx, cudaMemsetAsync(ptr, 0x5A, n, stream), "clobber");
-  }
-  return ok;
+  return kit_ok(ctx, callkit::CallBuffers::clobber_inputs(stream));
 }
 
 bool CallBuffers::download(RankContext& ctx, cudaStream_t stream, RankOutputs* out) const {
-  if (!cuda_ok(ctx, cudaStreamSynchronize(stream), "synchronize before download")) return false;
-  const size_t bytes = static_cast<size_t>(spec_.elems()) * 2;
-  return fetch(ctx, allreduce_out_, allreduce_out_ ? bytes : 0, &out->allreduce) &&
-         fetch(ctx, residual_out_, residual_out_ ? bytes : 0, &out->residual_out) &&
-         fetch(ctx, norm_out_, norm_out_ ? bytes : 0, &out->norm_out) &&
-         fetch(ctx, quant_out_, quant_out_ ? static_cast<size_t>(spec_.elems()) : 0,
-               &out->quant_out) &&
-         fetch(ctx, scale_out_, scale_bytes_, &out->scale_out);
+  return kit_ok(ctx, callkit::CallBuffers::download(stream, out));
 }
 
 // ---- checks ----------------------------------------------------------------------------------
 
 std::string check_outputs(const CallSpec& spec, arfDataType_t dtype, const CallData& data,
                           const RankOutputs& got) {
-  const DType rd = ref_dtype(dtype);
+  const DType rd = callkit::ref_dtype(dtype);
   const int64_t n = spec.elems();
-  ref::FusedInputs in;
-  in.dtype = rd;
-  in.num_tokens = spec.num_tokens;
-  in.hidden = spec.hidden;
-  for (const auto& input : data.inputs) in.rank_inputs.push_back(input.data());
-  if (spec.has_norm()) {
-    in.residual_in = data.residual_in.data();
-    in.gamma = spec.gamma_fp32 ? static_cast<const void*>(data.gamma32.data())
-                               : static_cast<const void*>(data.gamma16.data());
-    in.gamma_dtype = spec.gamma_fp32 ? DType::kFp32 : rd;
-  }
-  const ref::FusedOutputs want = ref::reference_fused(in);
+  const ref::FusedOutputs want = ref::reference_fused(callkit::reference_inputs(spec, dtype, data));
   std::string errors;
   auto add = [&](const std::string& e) {
     if (e.empty()) return;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "arfusion/arfusion.h"
+#include "callkit/call_buffers.h"
 #include "ipc/ipc_test_util.h"
 
 namespace arf::ipc_test {
@@ -57,74 +58,31 @@ cudaStream_t make_stream(RankContext& ctx);  // non-blocking (capturable); nullp
 
 // ---- calls -----------------------------------------------------------------------------------
 
-// One call. Patterns: allreduce, residual_rmsnorm, residual_rmsnorm_fp8_per_token.
-struct CallSpec {
-  arfPattern_t pattern = arfPatternResidualRmsNorm;
-  arfAlgorithm_t algorithm = arfAlgoAuto;
-  int64_t num_tokens = 1;
-  int64_t hidden = 4096;
-  bool gamma_fp32 = false;  // residual_rmsnorm only
-  bool flat = false;        // arfAllReduce of num_tokens * hidden elements (pattern allreduce)
+// One call: the call kit's spec, data and outputs. Patterns here: allreduce, residual_rmsnorm,
+// residual_rmsnorm_fp8_per_token, unaliased. The data is callkit::make_call_data: rank r's input
+// from mix_seed(seed, r + 1), residual and gamma replicated, as the GPU suite draws it.
+using callkit::CallData;
+using callkit::CallSpec;
+using callkit::make_call_data;
+using callkit::RankOutputs;
 
-  int64_t elems() const { return num_tokens * hidden; }
-  bool has_norm() const { return pattern != arfPatternAllReduce; }
-  bool quantized() const { return pattern == arfPatternResidualRmsNormFp8PerToken; }
-  std::string label() const;  // "residual_rmsnorm twoshot tokens 64 hidden 4096 gamma_fp32"
-};
-
-// Host data of one call: inputs distinct per rank; residual and gamma replicated, as in TP.
-struct CallData {
-  std::vector<std::vector<uint16_t>> inputs;  // [rank][elems]
-  std::vector<uint16_t> residual_in;
-  std::vector<uint16_t> gamma16;
-  std::vector<float> gamma32;
-};
-
-// Deterministic from `seed`: rank r's input from mix_seed(seed, r + 1), residual and gamma from
-// seeds no rank index reaches. gamma is 1 + 0.1 x (fp32: 1 + 0.1003 x, a full mantissa that a
-// rounding to the dtype would show), as the GPU suite draws it.
-CallData make_call_data(const CallSpec& spec, int world, arfDataType_t dtype, uint64_t seed);
-
-struct RankOutputs {
-  std::vector<uint16_t> allreduce, residual_out, norm_out;
-  std::vector<uint8_t> quant_out, scale_out;
-};
-
-// Device buffers of one call (cudaMalloc'd; the addresses stay fixed, so graphs can capture them).
-class CallBuffers {
+// callkit::CallBuffers on the current device, failures reported through the rank's context.
+class CallBuffers : public callkit::CallBuffers {
  public:
-  // nullptr, after ctx.fail, when an allocation fails.
+  // nullptr, after ctx.fail, when an allocation fails (or a quantized call would get no scales).
   static std::unique_ptr<CallBuffers> create(RankContext& ctx, const CallSpec& spec,
                                              arfDataType_t dtype);
-  ~CallBuffers();
-  CallBuffers(const CallBuffers&) = delete;
-  CallBuffers& operator=(const CallBuffers&) = delete;
 
   // Stream-ordered: copies this rank's inputs, poisons every output.
   bool upload(RankContext& ctx, const CallData& data, cudaStream_t stream) const;
-  arfFusedArgs_t args() const;
-  // arfFusedAllReduce, or arfAllReduce for flat specs.
-  arfStatus_t launch(arfComm_t comm, cudaStream_t stream) const;
   // Stream-ordered overwrite of the inputs (0x5A..., large finite values): the consumer trick.
   bool clobber_inputs(RankContext& ctx, cudaStream_t stream) const;
   // Synchronizes `stream`, then copies every output to the host.
   bool download(RankContext& ctx, cudaStream_t stream, RankOutputs* out) const;
 
  private:
-  CallBuffers(const CallSpec& spec, arfDataType_t dtype) : spec_(spec), dtype_(dtype) {}
-  bool allocate(RankContext& ctx);
-
-  CallSpec spec_;
-  arfDataType_t dtype_;
-  void* input_ = nullptr;
-  void* residual_in_ = nullptr;
-  void* gamma_ = nullptr;
-  void* allreduce_out_ = nullptr;
-  void* residual_out_ = nullptr;
-  void* norm_out_ = nullptr;
-  void* quant_out_ = nullptr;
-  void* scale_out_ = nullptr;
-  size_t scale_bytes_ = 0;
+  CallBuffers(int device, const CallSpec& spec, arfDataType_t dtype)
+      : callkit::CallBuffers(device, spec, dtype) {}
 };
 
 // "" when every output of the call matches the reference; else one line per wrong output with

@@ -164,13 +164,6 @@ int device_for_rank(int rank) {
   return devices[static_cast<size_t>(rank) % devices.size()];
 }
 
-uint64_t mix_seed(uint64_t a, uint64_t b) {
-  uint64_t z = a ^ (b + 0x9E3779B97F4A7C15ull + (a << 6) + (a >> 2));
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 uint64_t hash_bytes(const void* data, size_t bytes, uint64_t salt) {
   uint64_t h = 0xCBF29CE484222325ull ^ mix_seed(salt, bytes);
   const auto* p = static_cast<const unsigned char*>(data);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "arfusion/arfusion.h"
+#include "callkit/call_data.h"
 
 namespace arf::ipc_test {
 
@@ -36,7 +37,7 @@ std::vector<int> listed_devices();
 // Rank r of a group runs on listed_devices()[r % count]: one GPU means every rank shares it.
 int device_for_rank(int rank);
 
-uint64_t mix_seed(uint64_t a, uint64_t b);
+using callkit::mix_seed;
 // FNV-1a over the bytes, started from `salt` (the call index, so equal buffers of different calls
 // never share a hash by construction).
 uint64_t hash_bytes(const void* data, size_t bytes, uint64_t salt);
