@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "arfusion/arfusion.h"
+#include "callkit/call_data.h"
 #include "export/tool_api.h"
 
 namespace arf::bench {
 
 inline constexpr int kMaxInputSets = 4;
 
-// The C API and the reference number their dtypes alike (bf16 0, fp16 1, fp32 2).
-inline DType ref_dtype(arfDataType_t dtype) { return static_cast<DType>(static_cast<int>(dtype)); }
+using callkit::ref_dtype;
 
 struct RankBuffers {
   int64_t capacity_elems = 0;  // elements of every [tokens, hidden] buffer
@@ -58,11 +58,10 @@ std::string allocate_buffers(int rank, int64_t capacity_elems, int64_t hidden, a
                              RankBuffers* buffers);
 void free_buffers(RankBuffers* buffers);
 
-// What --op quant's per-tensor FP8 and NVFP4 calls read from scale_in (the same values as the GPU
-// tests, tests/gpu/quant_harness.h): norms of the random data are a few units, so 1/64 keeps most
-// FP8 values in range and saturates a few; 448 * 6 / 8 is the usual NVFP4 global scale for amax 8.
-inline constexpr float kStaticScale = 1.0f / 64.0f;
-inline constexpr float kGlobalScale = 448.0f * 6.0f / 8.0f;
+// What --op quant's per-tensor FP8 and NVFP4 calls read from scale_in: the call kit's values, as
+// the GPU tests use them (callkit/call_spec.h says why these).
+using callkit::kGlobalScale;
+using callkit::kStaticScale;
 
 // Allocates the quant outputs (zeroed) and scale_in (uploaded) on the current device; called with
 // the other allocations, before any rank launches. Returns "" or the failure.

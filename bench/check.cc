@@ -41,10 +41,10 @@ void fill_host(const BenchContext& ctx, const CallSpec& spec, uint64_t call, int
   ref::fill_random(d.inputs[rank].data(), spec.elems(), dt, input_seed(rank, call));
   if (!is_fused(spec)) return;
   // Each rank fills one slice of the replicated residual, spreading the work over the threads.
-  const int64_t row0 = slice_begin(spec.tokens, rank, ctx.world());
-  const int64_t row1 = slice_begin(spec.tokens, rank + 1, ctx.world());
+  const int64_t row0 = slice_begin(spec.num_tokens, rank, ctx.world());
+  const int64_t row1 = slice_begin(spec.num_tokens, rank + 1, ctx.world());
   if (row1 == row0) return;
-  ref::fill_random(d.residual.data() + row0 * spec.row_elems, (row1 - row0) * spec.row_elems, dt,
+  ref::fill_random(d.residual.data() + row0 * spec.hidden, (row1 - row0) * spec.hidden, dt,
                    replicated_seed(call, 16 + rank));
 }
 
@@ -86,13 +86,13 @@ std::string download_outputs(const BenchContext& ctx, const CallSpec& spec, int 
 // The reference's view of rows [row0, row1) of the call.
 ref::FusedInputs reference_inputs(const BenchContext& ctx, const CallSpec& spec,
                                   const CheckData& d, int64_t row0, int64_t row1) {
-  const int64_t offset = row0 * spec.row_elems;
+  const int64_t offset = row0 * spec.hidden;
   arfFusedArgs_t defaults;  // the bench calls with the API's default eps and plain gamma
   arfFusedArgsInit(&defaults);
   ref::FusedInputs in;
   in.dtype = ref_dtype(ctx.args->dtype);
   in.num_tokens = row1 - row0;
-  in.hidden = spec.row_elems;
+  in.hidden = spec.hidden;
   for (const auto& x : d.inputs) in.rank_inputs.push_back(x.data() + offset);
   if (is_fused(spec)) {
     in.residual_in = d.residual.data() + offset;
@@ -107,8 +107,8 @@ ref::FusedInputs reference_inputs(const BenchContext& ctx, const CallSpec& spec,
 void reference_rows(const BenchContext& ctx, const CallSpec& spec, int64_t row0, int64_t row1,
                     CheckData& d) {
   if (row1 == row0) return;
-  const int64_t offset = row0 * spec.row_elems;
-  const int64_t count = (row1 - row0) * spec.row_elems;
+  const int64_t offset = row0 * spec.hidden;
+  const int64_t count = (row1 - row0) * spec.hidden;
   const ref::FusedInputs in = reference_inputs(ctx, spec, d, row0, row1);
   const ref::FusedOutputs out = ref::reference_fused(in);
   const std::vector<uint16_t>& want = is_fused(spec) ? out.residual_out : out.allreduce;
@@ -121,19 +121,19 @@ void reference_rows(const BenchContext& ctx, const CallSpec& spec, int64_t row0,
 void compute_reference(const BenchContext& ctx, const CallSpec& spec, CheckData& d) {
   d.want.resize(spec.elems());
   if (is_fused(spec)) d.want_norm.resize(spec.elems());
-  const int workers =
-      static_cast<int>(std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, spec.tokens));
+  const int workers = static_cast<int>(
+      std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, spec.num_tokens));
   std::vector<std::jthread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
-      reference_rows(ctx, spec, slice_begin(spec.tokens, w, workers),
-                     slice_begin(spec.tokens, w + 1, workers), d);
+      reference_rows(ctx, spec, slice_begin(spec.num_tokens, w, workers),
+                     slice_begin(spec.num_tokens, w + 1, workers), d);
     });
   }
 }
 
 std::string describe(const CallSpec& spec, DType dt, int rank, const CheckData& d) {
-  const int64_t n = spec.elems(), row = spec.row_elems;
+  const int64_t n = spec.elems(), row = spec.hidden;
   const char* name = is_fused(spec) ? "residual_out" : "allreduce_out";
   // nccl's sum is held to a bound, not bitwise (count_wrong): its report starts at the norm.
   std::string why = spec.algorithm == arfAlgoNccl
@@ -191,7 +191,7 @@ CheckResult check_call(BenchContext& ctx, const CallSpec& spec, uint64_t call) {
   d.got_norm.resize(world);
   if (is_fused(spec)) {
     d.residual.resize(spec.elems());
-    d.gamma = gamma_values(spec.row_elems, ctx.args->dtype);
+    d.gamma = gamma_values(spec.hidden, ctx.args->dtype);
   }
   std::vector<std::string> errors(world);
   ctx.pool->run([&](int rank) {
@@ -222,7 +222,7 @@ CheckResult check_call(BenchContext& ctx, const CallSpec& spec, uint64_t call) {
     }
   }
   compute_reference(ctx, spec, d);
-  const ref::FusedInputs all_rows = reference_inputs(ctx, spec, d, 0, spec.tokens);
+  const ref::FusedInputs all_rows = reference_inputs(ctx, spec, d, 0, spec.num_tokens);
   if (spec.algorithm == arfAlgoNccl && is_fused(spec)) {
     d.want_norm = ref::norm_exact_of(all_rows, d.got[ctx.local_rank()].data());
   }

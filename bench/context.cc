@@ -3,48 +3,22 @@
 
 namespace arf::bench {
 
-int64_t CallSpec::quant_bytes() const {
-  const bool fp4 =
-      pattern == arfPatternResidualRmsNormNvfp4 || pattern == arfPatternResidualRmsNormMxfp4;
-  return fp4 ? elems() / 2 : elems();
-}
-
-int64_t CallSpec::scale_bytes() const {
-  return static_cast<int64_t>(arfScaleBufferBytes(pattern, scale_layout, scale_format,
-                                                  static_cast<size_t>(tokens),
-                                                  static_cast<size_t>(row_elems)));
-}
-
 arfFusedArgs_t make_fused_args(const CallSpec& spec, const RankBuffers& b, int set) {
-  arfFusedArgs_t a;
-  arfFusedArgsInit(&a);
-  a.pattern = spec.pattern;
-  a.algorithm = spec.algorithm;
-  a.dtype = b.dtype;
-  a.num_tokens = static_cast<size_t>(spec.tokens);
-  a.hidden = static_cast<size_t>(spec.row_elems);
-  a.input = b.input[set];
-  if (spec.pattern == arfPatternAllReduce) {
-    a.allreduce_out = b.allreduce_out;
-    return a;
+  callkit::CallTensors t;
+  t.input = b.input[set];
+  t.allreduce_out = b.allreduce_out;
+  if (spec.has_norm()) t.residual_in = b.residual_in[set];
+  t.residual_out = b.residual_out;
+  t.norm_out = b.norm_out;
+  t.gamma = b.gamma;
+  t.quant_out = b.quant_out;
+  t.scale_out = b.scale_out;
+  // scale_in holds [kStaticScale, kGlobalScale] (buffers.h): per-tensor FP8 reads the first,
+  // NVFP4 the second.
+  if (b.scale_in != nullptr) {
+    t.scale_in = spec.pattern == arfPatternResidualRmsNormNvfp4 ? b.scale_in + 1 : b.scale_in;
   }
-  a.residual_in = b.residual_in[set];
-  a.residual_out = b.residual_out;
-  a.norm_out = b.norm_out;
-  a.gamma = b.gamma;
-  a.gamma_dtype = b.dtype;
-  if (!spec.quantized()) return a;
-  if (!spec.norm_side_output) a.norm_out = nullptr;
-  a.quant_out = b.quant_out;
-  a.scale_out = spec.scale_bytes() > 0 ? b.scale_out : nullptr;
-  // Only per-tensor FP8 (the static scale) and NVFP4 (the global scale) read scale_in; the others
-  // get NULL, as an engine would pass.
-  if (spec.pattern == arfPatternResidualRmsNormFp8PerTensor) a.scale_in = b.scale_in;
-  if (spec.pattern == arfPatternResidualRmsNormNvfp4) a.scale_in = b.scale_in + 1;
-  a.scale_layout = spec.scale_layout;
-  a.scale_format = spec.scale_format;
-  a.fallback = spec.fallback;
-  return a;
+  return callkit::fused_args(spec, b.dtype, t);
 }
 
 std::string enqueue_call(const BenchContext& ctx, const CallSpec& spec, int rank, int call) {

@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "buffers.h"
+#include "callkit/call_spec.h"
 #include "devices.h"
 #include "rank_pool.h"
 
@@ -28,24 +29,10 @@ struct BenchContext {
   int local_rank() const { return pool->first_local(); }
 };
 
-// One collective call as every rank issues it; the rank's buffers supply the pointers.
-struct CallSpec {
-  arfPattern_t pattern = arfPatternResidualRmsNorm;
-  arfAlgorithm_t algorithm = arfAlgoAuto;
-  int64_t tokens = 0;
-  int64_t row_elems = 0;
-  // Quantized patterns (--op quant): scale storage, fallback level, and whether norm_out is passed
-  // (the bf16 side output); other patterns always get norm_out and ignore the rest.
-  arfScaleLayout_t scale_layout = arfScaleRowMajor;
-  arfScaleFormat_t scale_format = arfScaleFp32;
-  arfFallbackLevel_t fallback = arfFallbackAuto;
-  bool norm_side_output = true;
-
-  int64_t elems() const { return tokens * row_elems; }
-  bool quantized() const { return pattern >= arfPatternResidualRmsNormFp8PerTensor; }
-  int64_t quant_bytes() const;  // quant_out extent: 1 byte per element, half a byte for FP4
-  int64_t scale_bytes() const;  // arfScaleBufferBytes (0 for per-tensor)
-};
+// One collective call as every rank issues it (the call kit's spec: the bench sets pattern,
+// algorithm, shape and, for --op quant, the scale storage, fallback level and whether norm_out is
+// passed); the rank's buffers supply the pointers.
+using CallSpec = callkit::CallSpec;
 
 // The arguments of `spec` for this rank, reading input set `set` (rotation, see buffers.h).
 arfFusedArgs_t make_fused_args(const CallSpec& spec, const RankBuffers& buffers, int set);

@@ -78,8 +78,8 @@ Row measure_algorithms_row(BenchContext& ctx, const std::vector<arfAlgorithm_t>&
                            const NcclBaseline* nccl, CallSpec spec, const TimingConfig& cfg,
                            uint64_t* calls, std::string* stopped) {
   Row row;
-  row.tokens = spec.tokens;
-  row.row_elems = spec.row_elems;
+  row.tokens = spec.num_tokens;
+  row.row_elems = spec.hidden;
   row.count = spec.elems();
   row.bytes = spec.elems() * static_cast<int64_t>(dtype_size(ctx.args->dtype));
   for (arfAlgorithm_t algo : algorithms) {

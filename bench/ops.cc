@@ -16,8 +16,8 @@ std::vector<CallSpec> allreduce_shapes(const BenchArgs& args) {
   for (int64_t count : allreduce_counts(args)) {
     CallSpec s;
     s.pattern = arfPatternAllReduce;
-    s.row_elems = allreduce_row_elems(count, args.hidden);
-    s.tokens = count / s.row_elems;
+    s.hidden = allreduce_row_elems(count, args.hidden);
+    s.num_tokens = count / s.hidden;
     shapes.push_back(s);
   }
   return shapes;
@@ -28,8 +28,8 @@ std::vector<CallSpec> token_shapes(const BenchArgs& args) {
   for (int64_t tokens : args.tokens) {
     CallSpec s;
     s.pattern = arfPatternResidualRmsNorm;
-    s.tokens = tokens;
-    s.row_elems = args.hidden;
+    s.num_tokens = tokens;
+    s.hidden = args.hidden;
     shapes.push_back(s);
   }
   return shapes;

@@ -53,10 +53,10 @@ std::string stage(const BenchContext& ctx, const CallSpec& spec, uint64_t call, 
   // Under arfusion-run this process is the only filler: it fills every rank's slice.
   const bool all_slices = ctx.pool->multi_process();
   for (int part = all_slices ? 0 : rank; part < (all_slices ? ctx.world() : rank + 1); ++part) {
-    const int64_t row0 = slice_begin(spec.tokens, part, ctx.world());
-    const int64_t row1 = slice_begin(spec.tokens, part + 1, ctx.world());
+    const int64_t row0 = slice_begin(spec.num_tokens, part, ctx.world());
+    const int64_t row1 = slice_begin(spec.num_tokens, part + 1, ctx.world());
     if (row1 > row0) {
-      ref::fill_random(st.residual.data() + row0 * spec.row_elems, (row1 - row0) * spec.row_elems,
+      ref::fill_random(st.residual.data() + row0 * spec.hidden, (row1 - row0) * spec.hidden,
                        dt, replicated_seed(call, 16 + part));
     }
   }
@@ -168,8 +168,8 @@ int64_t check_reference(const BenchContext& ctx, const CallSpec& spec, int rank,
                         std::string* detail) {
   ref::QuantResult want;
   const std::string why =
-      ref::quantize_reference(got.norm.data(), ref_dtype(ctx.args->dtype), spec.tokens,
-                              spec.row_elems, ref_spec(spec), &want);
+      ref::quantize_reference(got.norm.data(), ref_dtype(ctx.args->dtype), spec.num_tokens,
+                              spec.hidden, ref_spec(spec), &want);
   if (!why.empty()) {
     *detail = "reference: " + why;
     return 1;

@@ -66,8 +66,8 @@ std::vector<CallSpec> quant_shapes(const BenchArgs& args) {
         s.pattern = v.pattern;
         s.scale_layout = v.layout;
         s.scale_format = v.format;
-        s.tokens = tokens;
-        s.row_elems = hidden;
+        s.num_tokens = tokens;
+        s.hidden = hidden;
         shapes.push_back(s);
       }
     }
@@ -83,15 +83,15 @@ int64_t quant_scale_capacity(const std::vector<CallSpec>& shapes) {
 
 int64_t quant_bytes_moved(const CallSpec& shape, size_t elem_bytes) {
   const int64_t elem = static_cast<int64_t>(elem_bytes);
-  return (3 * shape.elems() + shape.row_elems) * elem + shape.quant_bytes() + shape.scale_bytes();
+  return (3 * shape.elems() + shape.hidden) * elem + shape.quant_bytes() + shape.scale_bytes();
 }
 
 Row measure_quant_row(BenchContext& ctx, const CallSpec& shape, const TimingConfig& cfg,
                       uint64_t* call, std::string* stopped) {
   Row row;
   row.variant = quant_variant_label({shape.pattern, shape.scale_layout, shape.scale_format});
-  row.tokens = shape.tokens;
-  row.row_elems = shape.row_elems;
+  row.tokens = shape.num_tokens;
+  row.row_elems = shape.hidden;
   row.count = shape.elems();
   row.bytes = shape.elems() * static_cast<int64_t>(dtype_size(ctx.args->dtype));
   row.bytes_moved = quant_bytes_moved(shape, dtype_size(ctx.args->dtype));

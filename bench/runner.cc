@@ -31,8 +31,8 @@ arfCommConfig_t comm_config(const BenchArgs& args, const std::vector<CallSpec>& 
   arfCommConfigInit(&config);
   int64_t max_tokens = 1, max_row = 8;
   for (const CallSpec& s : shapes) {
-    max_tokens = std::max(max_tokens, s.tokens);
-    max_row = std::max(max_row, s.row_elems);
+    max_tokens = std::max(max_tokens, s.num_tokens);
+    max_row = std::max(max_row, s.hidden);
   }
   config.max_tokens = static_cast<size_t>(args.max_tokens > 0 ? args.max_tokens : max_tokens);
   config.max_hidden = static_cast<size_t>(max_row);
@@ -212,8 +212,8 @@ int print_dry_run(const BenchArgs& args) {
       std::printf("%-26s ",
                   quant_variant_label({s.pattern, s.scale_layout, s.scale_format}).c_str());
     }
-    std::printf("%12lld tokens x %6lld = %12lld elements\n", static_cast<long long>(s.tokens),
-                static_cast<long long>(s.row_elems), static_cast<long long>(s.elems()));
+    std::printf("%12lld tokens x %6lld = %12lld elements\n", static_cast<long long>(s.num_tokens),
+                static_cast<long long>(s.hidden), static_cast<long long>(s.elems()));
   }
   return 0;
 }
