@@ -41,7 +41,8 @@ add_library(arfusion_stress_core OBJECT
   ${ARF_STRESS_DIR}/args.cc ${ARF_STRESS_DIR}/dataset.cc ${ARF_STRESS_DIR}/schedule.cc
   ${ARF_STRESS_DIR}/stop_control.cc ${ARF_STRESS_DIR}/summary.cc ${ARF_STRESS_DIR}/verify.cc
   ${ARF_STRESS_DIR}/gpu_report.cc ${ARF_STRESS_DIR}/step_pipeline.cc
-  ${ARF_STRESS_DIR}/cross_process.cc ${CMAKE_CURRENT_SOURCE_DIR}/tools/common/process_group.cc)
+  ${ARF_STRESS_DIR}/cross_process.cc ${CMAKE_CURRENT_SOURCE_DIR}/tools/common/process_group.cc
+  ${ARF_CALLKIT_SOURCES})
 target_include_directories(arfusion_stress_core PUBLIC ${ARF_STRESS_DIR}
   ${CMAKE_CURRENT_SOURCE_DIR}/tools/common
   ${CMAKE_CURRENT_SOURCE_DIR}/include ${CMAKE_CURRENT_SOURCE_DIR}/src)

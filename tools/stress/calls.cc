@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "callkit/call_spec.h"
+
 namespace arf::stress {
 namespace {
 
@@ -19,26 +21,22 @@ void copy_async(void* dst, const void* src, int64_t bytes, cudaMemcpyKind kind, 
 
 arfFusedArgs_t call_args(const CallSpec& call, const WorkSlot& work, arfDataType_t dtype,
                          int64_t hidden) {
-  arfFusedArgs_t a;
-  arfFusedArgsInit(&a);
-  a.pattern = call.pattern;
-  a.algorithm = call.algorithm;
-  a.dtype = dtype;
-  a.num_tokens = static_cast<size_t>(call.tokens);
-  a.hidden = static_cast<size_t>(hidden);
-  a.input = work.input;
-  if (call.pattern == arfPatternAllReduce) {
-    a.allreduce_out = work.out_a;
-    return a;
-  }
-  a.residual_in = work.residual;
-  a.residual_out = work.out_a;
-  a.norm_out = work.out_b;
-  a.gamma = work.gamma;
-  a.gamma_dtype = gamma_fp32(call.gamma_kind) ? arfFloat32 : dtype;
-  a.gamma_plus_one = gamma_plus_one(call.gamma_kind) ? 1 : 0;
-  a.eps = kEps;
-  return a;
+  callkit::CallSpec spec;
+  spec.pattern = call.pattern;
+  spec.algorithm = call.algorithm;
+  spec.num_tokens = call.tokens;
+  spec.hidden = hidden;
+  spec.gamma_fp32 = gamma_fp32(call.gamma_kind);
+  spec.gamma_plus_one = gamma_plus_one(call.gamma_kind);
+  spec.eps = kEps;
+  callkit::CallTensors t;
+  t.input = work.input;
+  t.allreduce_out = work.out_a;
+  t.residual_in = work.residual;
+  t.residual_out = work.out_a;
+  t.norm_out = work.out_b;
+  t.gamma = work.gamma;
+  return callkit::fused_args(spec, dtype, t);
 }
 
 int64_t call_output_words(const CallSpec& call, int64_t hidden) {

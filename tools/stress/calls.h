@@ -21,7 +21,8 @@
 
 namespace arf::stress {
 
-// The call's arguments on a work slot (no aliasing: every output is its own buffer).
+// The call's arguments on a work slot, from the call kit's builder (no aliasing: every output is
+// its own buffer; out_a is allreduce_out or residual_out, out_b norm_out).
 arfFusedArgs_t call_args(const CallSpec& call, const WorkSlot& work, arfDataType_t dtype,
                          int64_t hidden);
 

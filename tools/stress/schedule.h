@@ -79,6 +79,10 @@ inline constexpr int kGammaKinds = 4;
 inline bool gamma_fp32(int kind) { return (kind & 1) != 0; }
 inline bool gamma_plus_one(int kind) { return (kind & 2) != 0; }
 
+// One call of the schedule: its shape and where its data comes from. A schedule entry rather than
+// the call kit's spec (tools/common/callkit/): the soak's data lives in rings of sets (set,
+// row_offset) and is checked against precomputed rows, never drawn per call; calls.cc turns an
+// entry into the kit's spec for the library's arguments.
 struct CallSpec {
   uint64_t index = 0;  // global call number, 0-based
   size_t combo = 0;    // into DispatchMap::combos()

@@ -4,6 +4,12 @@
 // A CallSpec is identical on every rank (the schedule is a pure function of the seed and the
 // options, or the replayed file); what differs per rank (the data) is derived from the hash in
 // data_gen.h.
+//
+// Deliberately not the call kit's spec (tools/common/callkit/), which the tests, the bench and the
+// soak share: churn is written against the public header only (its include path holds include/
+// and nothing else), as an outside program would be, and the kit reaches the CPU reference through
+// src/export/. Its own builder (call_args.h) also derives our kernels' view of each call from the
+// same rules, which the kit's builder does not know about.
 #pragma once
 
 #include <cstdint>
