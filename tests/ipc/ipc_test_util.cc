@@ -2,11 +2,7 @@
 // in the parent, which must stay CUDA-free so that its children may initialise CUDA after fork.
 #include "ipc/ipc_test_util.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -14,29 +10,19 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 #include <sstream>
-#include <thread>
+
+#include "callkit/processes.h"
 
 namespace arf::ipc_test {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Reaping a SIGKILLed child is normally immediate; one stuck in the GPU driver (uninterruptible)
-// may take longer, but the parent still must not wait forever for it.
-constexpr double kReapAfterKillSeconds = 10.0;
-constexpr int kPollMillis = 20;
 constexpr size_t kMaxReportedMismatches = 12;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -64,12 +50,11 @@ std::string one_line(std::string s) {
   return s;
 }
 
-// The child's whole life: die with the parent, set the environment CUDA reads at initialisation,
-// run the body, exit. Exceptions are failures of this rank, not of the parent's gtest.
+// The child's life after the kit forked it (dying with the parent is the kit's): set the
+// environment CUDA reads at initialisation, run the body, exit. Exceptions are failures of this
+// rank, not of the parent's gtest.
 [[noreturn]] void child_main(const std::string& scenario, const RankSlot& slot, int num_groups,
-                             int report_fd, const RankBody& body, pid_t parent) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(2);  // the parent died between fork and prctl
+                             int report_fd, const RankBody& body) {
   // Before the first CUDA call, as the other tools do (tests/gpu/gpu_main.cc says why).
   ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
   ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // nccl algorithm: no NVLink multicast
@@ -82,31 +67,6 @@ std::string one_line(std::string s) {
     ctx.fail("unknown exception");
   }
   ctx.exit_now();
-}
-
-// Appends whatever is readable now; returns false once the pipe is at EOF (or broken).
-bool drain(int fd, std::string* into) {
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n > 0) {
-      into->append(buf, static_cast<size_t>(n));
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-    return false;  // 0: EOF; other errors: nothing more will come
-  }
-}
-
-void record_exit(ProcessResult* r, int wstatus, Clock::time_point start) {
-  r->seconds = seconds_since(start);
-  if (WIFEXITED(wstatus)) {
-    r->exited = true;
-    r->exit_code = WEXITSTATUS(wstatus);
-  } else if (WIFSIGNALED(wstatus)) {
-    r->term_signal = WTERMSIG(wstatus);
-  }
 }
 
 // "H key\thex\n" and "T key\ttext\n" records, as RankContext writes them.
@@ -304,111 +264,31 @@ std::string ProcessResult::outcome() const {
 std::vector<ProcessResult> run_processes(const std::string& scenario,
                                          const std::vector<RankSlot>& slots, const RankBody& body,
                                          double deadline_seconds) {
-  const size_t n = slots.size();
   const int num_groups = count_groups(slots);
-  std::vector<ProcessResult> results(n);
-  std::vector<pid_t> pids(n, -1);
-  std::vector<int> fds(n, -1);
-  std::vector<std::string> raw(n);
-  const pid_t parent = ::getpid();
-  // Buffered output would otherwise be flushed once more by every child that writes to stdio.
-  std::fflush(nullptr);
-  const Clock::time_point start = Clock::now();
-  for (size_t i = 0; i < n; ++i) {
-    results[i].slot = slots[i];
-    int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) {
-      ADD_FAILURE() << "pipe2: " << std::strerror(errno);
-      break;
+  std::string error;
+  const std::vector<callkit::ChildOutcome> children = callkit::run_children(
+      slots.size(),
+      [&](size_t i, int report_fd) -> int {
+        child_main(scenario, slots[i], num_groups, report_fd, body);
+      },
+      deadline_seconds, &error);
+  if (!error.empty()) ADD_FAILURE() << error;
+  std::vector<ProcessResult> results(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const callkit::ChildOutcome& child = children[i];
+    ProcessResult& r = results[i];
+    r.slot = slots[i];
+    r.started = child.started;
+    r.hung = child.hung;
+    r.exited = child.exited;
+    r.exit_code = child.exit_code;
+    r.term_signal = child.term_signal;
+    r.seconds = child.seconds;
+    if (child.started && !child.reaped) {
+      ADD_FAILURE() << scenario << ": " << r.label(num_groups) << " (pid " << child.pid
+                    << ") could not be reaped after SIGKILL (stuck in the driver?)";
     }
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(p[0]);
-      for (int fd : fds) {
-        if (fd >= 0) ::close(fd);  // siblings' read ends
-      }
-      child_main(scenario, slots[i], num_groups, p[1], body, parent);
-    }
-    ::close(p[1]);
-    if (pid < 0) {
-      ::close(p[0]);
-      ADD_FAILURE() << "fork: " << std::strerror(errno);
-      break;
-    }
-    ::fcntl(p[0], F_SETFL, ::fcntl(p[0], F_GETFL) | O_NONBLOCK);
-    pids[i] = pid;
-    fds[i] = p[0];
-    results[i].started = true;
-  }
-
-  // Wait for every child, reading reports as they come (a full pipe would block a child).
-  std::vector<bool> reaped(n, false);
-  auto running = [&] {
-    size_t count = 0;
-    for (size_t i = 0; i < n; ++i) count += pids[i] > 0 && !reaped[i];
-    return count;
-  };
-  auto reap = [&](size_t i, int options) {
-    int wstatus = 0;
-    const pid_t got = ::waitpid(pids[i], &wstatus, options);
-    if (got == pids[i]) {
-      reaped[i] = true;
-      record_exit(&results[i], wstatus, start);
-    }
-  };
-  auto poll_pipes = [&] {
-    std::vector<pollfd> pfds;
-    std::vector<size_t> owner;
-    for (size_t i = 0; i < n; ++i) {
-      if (fds[i] >= 0) pfds.push_back({fds[i], POLLIN, 0}), owner.push_back(i);
-    }
-    if (pfds.empty()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(kPollMillis));
-      return;
-    }
-    if (::poll(pfds.data(), pfds.size(), kPollMillis) <= 0) return;
-    for (size_t k = 0; k < pfds.size(); ++k) {
-      if (pfds[k].revents == 0) continue;
-      const size_t i = owner[k];
-      if (!drain(fds[i], &raw[i])) {
-        ::close(fds[i]);
-        fds[i] = -1;
-      }
-    }
-  };
-  const Clock::time_point deadline =
-      start + std::chrono::duration_cast<Clock::duration>(
-                  std::chrono::duration<double>(deadline_seconds));
-  while (running() > 0 && Clock::now() < deadline) {
-    poll_pipes();
-    for (size_t i = 0; i < n; ++i) {
-      if (pids[i] > 0 && !reaped[i]) reap(i, WNOHANG);
-    }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (pids[i] <= 0 || reaped[i]) continue;
-    results[i].hung = true;
-    results[i].seconds = seconds_since(start);
-    ::kill(pids[i], SIGKILL);
-  }
-  const Clock::time_point reap_start = Clock::now();
-  while (running() > 0 && seconds_since(reap_start) < kReapAfterKillSeconds) {
-    for (size_t i = 0; i < n; ++i) {
-      if (pids[i] > 0 && !reaped[i]) reap(i, WNOHANG);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(kPollMillis));
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (pids[i] > 0 && !reaped[i]) {
-      ADD_FAILURE() << scenario << ": " << results[i].label(num_groups) << " (pid " << pids[i]
-                    << ") could not be reaped " << kReapAfterKillSeconds
-                    << " s after SIGKILL (stuck in the driver?)";
-    }
-    if (fds[i] >= 0) {
-      drain(fds[i], &raw[i]);  // the child is gone: what is left is complete
-      ::close(fds[i]);
-    }
-    parse_records(raw[i], &results[i]);
+    parse_records(child.report, &r);
   }
   return results;
 }

@@ -130,8 +130,9 @@ struct ProcessResult {
   std::string outcome() const;              // "exit 0", "exit 1", "signal 9 (Killed)", "hung ..."
 };
 
-// Forks one child per slot, each running body(ctx) and then exiting (exit_now), all started before
-// any is waited for. Waits at most deadline_seconds for all of them; children still running then
+// Forks one child per slot (callkit::run_children: the forking, the report pipes, the deadline and
+// the kill), each running body(ctx) and then exiting (exit_now), all started before any is waited
+// for. Waits at most deadline_seconds for all of them; children still running then
 // are SIGKILLed (result.hung) and reaped (bounded too). Sets CUDA_DEVICE_MAX_CONNECTIONS=32 in
 // each child (unless set) before the body runs, i.e. before any CUDA call. `scenario` prefixes
 // the children's messages (the test's name).
