@@ -370,28 +370,40 @@ def _match_dynamic_fp8(o32, grouped: bool, hidden: int):
     return None
 
 
+def _depends_on(node: fx.Node, ancestor: fx.Node) -> bool:
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if n is ancestor:
+            return True
+        if n not in seen:
+            seen.add(n)
+            todo.extend(n.all_input_nodes)
+    return False
+
+
 def _match_quant(norm_out: fx.Node, hidden: int, rows_shape) -> _Quant:
     """The FP8 tail reading the norm (exactly arfusion's contract), or _NoMatch."""
     o32s = [u for u in norm_out.users if _convert_dtype(u) == torch.float32]
     views = [u for u in norm_out.users if _is_call(u, *_VIEW)]
     for o32 in o32s:
-        # static per-tensor
+        # per-token (first: with one token its [1, 1] scale also has one element)
+        hit = _match_dynamic_fp8(o32, False, hidden)
+        if hit is not None:
+            q, sc, internal = hit
+            return _Quant("fp8_per_token", q, sc, None, internal | {o32})
+        # static per-tensor: a one-element fp32 divisor that does not come from the norm
         for d in o32.users:
             if _is_call(d, *_DIV) and d.args[0] is o32 and isinstance(d.args[1], fx.Node):
                 s = d.args[1]
                 sv = _val(s)
                 if (isinstance(sv, torch.Tensor) and sv.dtype == torch.float32 and sv.numel() == 1
-                        and len(d.users) == 1):
+                        and len(d.users) == 1 and not _depends_on(s, norm_out)):
                     fp8 = _fp8_of(next(iter(d.users)))
                     if fp8 is not None:
                         clamp_end, q = fp8
                         return _Quant("fp8_per_tensor", q, None, s,
                                       {o32, d, clamp_end, *d.users})
-        # per-token
-        hit = _match_dynamic_fp8(o32, False, hidden)
-        if hit is not None:
-            q, sc, internal = hit
-            return _Quant("fp8_per_token", q, sc, None, internal | {o32})
         # per-group: view [.., H/128, 128] of the fp32 value
         for v in o32.users:
             if _is_call(v, *_VIEW) and _shape(v) is not None and _shape(v)[-2:] == (hidden // 128, 128):
