@@ -109,12 +109,13 @@ endif()
 # A copy of the library's compile target arfusion_objects (CMakeLists.txt: the sources, include
 # paths, options and links of `arfusion`) plus compile
 # definitions; reading the properties keeps the variants in step with CMakeLists.txt. Variants
-# carry the bf16 kernels of the unquantized patterns only (ARF_DIAGNOSTIC_KERNEL_SUBSET, launch.cu:
-# the rest is refused before launch): all arfusion-stress drives, a fifth of the compile time and
-# small enough to ship to a GPU machine. Shared like the main library when ARF_SHARED is on.
+# carry the bf16 kernels of the unquantized patterns only (ARF_DIAGNOSTIC_KERNEL_SUBSET: the rows
+# kernel_set.h's in_diagnostic_subset keeps; launch.cu refuses the rest before launch): all
+# arfusion-stress drives, a fifth of the compile time and small enough to ship to a GPU machine.
+# Shared like the main library when ARF_SHARED is on.
 function(arf_add_library_variant name)
   get_target_property(sources arfusion_objects SOURCES)
-  list(FILTER sources EXCLUDE REGEX "instantiate_fp16_|_quant\\.cu$")
+  list(REMOVE_ITEM sources ${ARF_KERNEL_NON_DIAGNOSTIC_SOURCES})  # cmake/kernels.cmake
   if(ARF_SHARED)
     add_library(${name} SHARED ${sources})
   else()

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Registers, stack frame and spills of every kernel of the library, from the real sm_90 ptxas
 # (-Xptxas -v), no GPU needed.
-#   scripts/ptxas_report.sh [-r REV] OUT.tsv      compile src/kernels/*.cu of the working tree (or of
-#                                                 commit REV, exported with git archive) -> one row
-#                                                 per kernel: name, regs, stack, spill st, spill ld
+#   scripts/ptxas_report.sh [-r REV] OUT.tsv      compile src/kernels/*.cu and the kernel set's units
+#                                                 (cmake/kernel_rows.cmake) of the working tree (or
+#                                                 of commit REV, exported with git archive) -> one
+#                                                 row per kernel: name, regs, stack, spill st, spill ld
 #   scripts/ptxas_report.sh --compare A.tsv B.tsv markdown table of A (before) against B (after)
 # Kernel names are demangled and shortened: "lamport w1 bf16 quant<fp8_group> v2" is
 # oneshot_lamport_kernel<__nv_bfloat16, 1, ResidualRmsNormQuantEpilogue<.., 2, Fp8PerGroupQuant>>.
@@ -47,10 +48,16 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 root=$PWD
 if [[ -n $rev ]]; then
-  git archive "$rev" src include | tar -x -C "$tmp"
+  git archive "$rev" src include cmake | tar -x -C "$tmp"
   root=$tmp
 fi
-ls "$root"/src/kernels/*.cu | xargs -P "$(nproc)" -I{} sh -c \
+units=("$root"/src/kernels/*.cu)
+if [[ -f $root/src/kernels/kernel_set.def ]]; then  # the kernel set's units, as the build writes them
+  cmake -DARF_KERNEL_SET="$root/src/kernels/kernel_set.def" -DARF_KERNEL_UNIT_DIR="$tmp/units" \
+    -P "$root/cmake/kernel_rows.cmake" >/dev/null
+  units+=("$tmp"/units/row_*.cu)
+fi
+printf '%s\n' "${units[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   '"$0" -I"$1/include" -I"$1/src" -O3 -DNDEBUG -arch=sm_90 -cubin --expt-relaxed-constexpr \
      -std=c++20 -Xptxas -v -o /dev/null "$2" > "$3/$(basename "$2").log" 2>&1 ||
    { cat "$3/$(basename "$2").log" >&2; exit 255; }' "$nvcc" "$root" {} "$tmp"

@@ -1,41 +1,131 @@
-// launch(): turns a LaunchPlan into kernel launches. The typed launchers are defined in launch.cuh and
-// instantiated per (dtype, algorithm, pattern group) in instantiate_*.cu; this file only routes:
+// launch(): turns a LaunchPlan into kernel launches. Which kernels a call runs is
+// kernel_set.h's call_kernels; this file finds them in the kernel table (every row of
+// kernel_set.def, each compiled in its own translation unit: kernel_row.cuh), refuses a call whose
+// kernels this build lacks before launching anything, and chains them:
 //   one kernel           fused algorithm with the pattern's epilogue
 //   unfused / level 3    all-reduce kernel -> local epilogue kernel (norm [+ quant])
 //   level 2              fused all-reduce + norm kernel -> local quantize-only kernel
 #include "kernels/launch.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
+#include <array>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "base/cuda_check.h"
+#include "base/names.h"
 #include "kernels/kernel_params.h"
+#include "kernels/kernel_set.h"
 #include "kernels/protocol.cuh"
 
 namespace arf {
-
-template <typename T, Algorithm kAlgorithm, PatternGroup kGroup>
-Status launch_algorithm(int grid, int block, Pattern pattern, const KernelParams& params, cudaStream_t stream);
-template <typename T, PatternGroup kGroup>
-Status launch_local_epilogue(int grid, int block, Pattern pattern, const KernelParams& params,
-                             cudaStream_t stream);
-template <typename T, Algorithm kAlgorithm, PatternGroup kGroup>
-Status preload_algorithm(int world);
-template <typename T, PatternGroup kGroup>
-Status preload_local_epilogue();
-
 namespace {
 
+// Every built kernel, indexed by key: one slot per (dtype, kernel, world, pattern set, pattern,
+// vector count), null where the build has no kernel. Filled once, from each row's entries.
+class KernelTable {
+ public:
+  KernelTable() {
+    add_rows(std::make_index_sequence<std::size(kKernelRows)>{});
+  }
+
+  KernelFn find(const KernelKey& key) const {
+    const int s = slot(key);
+    return s < 0 ? nullptr : slots_[static_cast<size_t>(s)];
+  }
+  const std::vector<KernelEntry>& entries() const { return entries_; }
+
+ private:
+  static constexpr int kWorldSlots = 5;  // 0 (the local epilogue), 1, 2, 4, 8
+  static constexpr int kPatterns = 7;
+  static constexpr int kSlots = 2 * kNumKernelKinds * kWorldSlots * kNumPatternSets * kPatterns *
+                                static_cast<int>(kVecCounts.size());
+
+  static int slot(const KernelKey& key) {
+    const int dtype = static_cast<int>(key.dtype);
+    const int world = key.world == 0 ? 0 : key.world == 1 ? 1 : key.world == 2 ? 2 : key.world == 4 ? 3
+                      : key.world == 8 ? 4 : -1;
+    const int vecs = key.vecs == 1 ? 0 : key.vecs == 2 ? 1 : key.vecs == 4 ? 2 : -1;
+    const int pattern = static_cast<int>(key.pattern);
+    if (dtype < 0 || dtype > 1 || world < 0 || vecs < 0 || pattern < 0 || pattern >= kPatterns) return -1;
+    int s = dtype;
+    s = s * kNumKernelKinds + static_cast<int>(key.kernel);
+    s = s * kWorldSlots + world;
+    s = s * kNumPatternSets + static_cast<int>(key.patterns);
+    s = s * kPatterns + pattern;
+    return s * static_cast<int>(kVecCounts.size()) + vecs;
+  }
+
+  // Row kI of kKernelRows, its worlds as a parameter pack (they are packed at the front).
+  template <size_t kI, size_t... kW>
+  static std::span<const KernelEntry> row(std::index_sequence<kW...>) {
+    constexpr KernelRow r = kKernelRows[kI];
+    return row_kernels<r.dtype, r.kernel, r.patterns, r.worlds[kW]...>();
+  }
+
+  template <size_t... kI>
+  void add_rows(std::index_sequence<kI...>) {
+    (add_row<kI>(), ...);
+  }
+
+  // A row outside this build (row_in_build) is never referenced: its translation unit may be absent.
+  template <size_t kI>
+  void add_row() {
+    if constexpr (row_in_build(kKernelRows[kI])) {
+      for (const KernelEntry& e : row<kI>(std::make_index_sequence<kKernelRows[kI].num_worlds()>{})) {
+        slots_[static_cast<size_t>(slot(e.key))] = e.fn;
+        entries_.push_back(e);
+      }
+    }
+  }
+
+  std::array<KernelFn, kSlots> slots_{};
+  std::vector<KernelEntry> entries_;
+};
+
+const KernelTable& kernel_table() {
+  static const KernelTable table;  // thread-safe initialisation, on the first communicator's preload
+  return table;
+}
+
+const char* kernel_name(KernelKind kernel) {
+  switch (kernel) {
+    case KernelKind::kOneshotLamport: return "oneshot_lamport";
+    case KernelKind::kOneshotPull: return "oneshot_pull";
+    case KernelKind::kTwoshot: return "twoshot";
+    case KernelKind::kLocalEpilogue: return "local epilogue";
+  }
+  return "unknown";
+}
+
+std::string describe(const KernelKey& key) {
+  const char* set = key.patterns == PatternSet::kQuantOnly ? " (quantize only)" : "";
+  std::string text = std::string(kernel_name(key.kernel)) + " kernel for " +
+                     (key.dtype == DType::kBf16 ? "bf16" : key.dtype == DType::kFp16 ? "fp16" : "fp32") +
+                     ", pattern " + pattern_name(static_cast<arfPattern_t>(key.pattern)) + set;
+  if (key.world != 0) text += ", world " + std::to_string(key.world);
+  return text + ", " + std::to_string(key.vecs) + " vectors per thread";
+}
+
+// The entry points of the call's kernels, or why this build cannot run them (nothing launched).
+Result<std::array<KernelFn, 2>> find_kernels(const CallKernels& call) {
+  std::array<KernelFn, 2> fns{};
+  for (int i = 0; i < call.count; ++i) {
+    const KernelKey& key = call.keys[static_cast<size_t>(i)];
+    fns[static_cast<size_t>(i)] = kernel_table().find(key);
+    if (fns[static_cast<size_t>(i)] != nullptr) continue;
+    if (!declared(key)) return internal_error("no " + describe(key) + " in kernel_set.def");
 #if defined(ARF_DIAGNOSTIC_KERNEL_SUBSET)
-// Diagnostic variants (cmake/stress.cmake: negative controls, debug stall) are built with the bf16
-// kernels of the unquantized patterns only: small enough to ship to a GPU machine, and all that
-// arfusion-stress drives. Everything else is refused before launch, never silently replaced.
-inline constexpr bool kAllKernels = false;
+    return unsupported("this diagnostic build has the bf16 kernels of the unquantized patterns only; no " +
+                       describe(key));
 #else
-inline constexpr bool kAllKernels = true;
+    return internal_error("the " + describe(key) + " is declared but not built");
 #endif
+  }
+  return fns;
+}
 
 // The second kernel of a split call waits for nobody and keeps no per-CTA state: a streaming
 // kernel with the plan's epilogue grid (policy.h, protocol_free_grid_cap), whatever the first
@@ -45,94 +135,58 @@ int epilogue_grid(const LaunchPlan& plan, const KernelParams& params) {
   return static_cast<int>(std::clamp<int64_t>(plan.epilogue_grid, 1, std::min<int64_t>(rows, kMaxProtocolFreeGrid)));
 }
 
-template <typename T, PatternGroup kGroup>
-Status launch_allreduce_in_group(Algorithm algorithm, int grid, int block, Pattern pattern,
-                                 const KernelParams& params, cudaStream_t stream) {
-  switch (algorithm) {
-    case Algorithm::kOneshotLamport:
-      return launch_algorithm<T, Algorithm::kOneshotLamport, kGroup>(grid, block, pattern, params, stream);
-    case Algorithm::kOneshotPull:
-      return launch_algorithm<T, Algorithm::kOneshotPull, kGroup>(grid, block, pattern, params, stream);
-    case Algorithm::kTwoshot:
-      return launch_algorithm<T, Algorithm::kTwoshot, kGroup>(grid, block, pattern, params, stream);
-    default:
-      return internal_error("no all-reduce kernel for this algorithm");
+// <<<grid, block, 0, stream>>>(params), or the same through cudaLaunchKernelEx with the
+// programmatic-stream-serialization attribute when params.programmatic_launch (kernels/pdl.cuh).
+cudaError_t launch_kernel(KernelFn kernel, int grid, int block, const KernelParams& params, cudaStream_t stream) {
+  if (!params.programmatic_launch) {
+    kernel<<<grid, block, 0, stream>>>(params);
+    return cudaGetLastError();
   }
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(static_cast<unsigned>(block));
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, params);
 }
 
-template <typename T>
-Status launch_allreduce_kernel(Algorithm algorithm, int grid, int block, Pattern pattern,
-                               const KernelParams& params, cudaStream_t stream) {
-  if (is_quant_pattern(pattern)) {
-    if constexpr (kAllKernels) {
-      return launch_allreduce_in_group<T, PatternGroup::kQuant>(algorithm, grid, block, pattern, params, stream);
-    }
-    return unsupported("this diagnostic build has no quantized kernels");
-  }
-  return launch_allreduce_in_group<T, PatternGroup::kPlain>(algorithm, grid, block, pattern, params, stream);
+Status check_launch(const char* what, cudaError_t err) {
+  if (err == cudaSuccess) return Status::ok();
+  return Status(arfCudaError, std::string("launch of ") + what + " failed: " + cudaGetErrorString(err));
 }
 
-template <typename T>
-Status launch_epilogue_kernel(int grid, int block, Pattern pattern, const KernelParams& params,
-                              cudaStream_t stream) {
-  if (is_quant_pattern(pattern)) {
-    if constexpr (kAllKernels) {
-      return launch_local_epilogue<T, PatternGroup::kQuant>(grid, block, pattern, params, stream);
-    }
-    return unsupported("this diagnostic build has no quantized kernels");
-  }
-  return launch_local_epilogue<T, PatternGroup::kPlain>(grid, block, pattern, params, stream);
-}
-
-// Unfused and level 3: the all-reduce kernel writes the rounded sum into norm_out (or the local
-// scratch when a quantized pattern has no norm side output); the epilogue kernel then reads it and
-// overwrites it row by row with the norm.
-template <typename T>
-Status launch_unfused(const LaunchPlan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream,
-                      const BetweenKernels& between_kernels) {
-  KernelParams ar = params;
-  if (pattern != Pattern::kAllReduce) {
-    ar.allreduce_out = params.norm_out != nullptr ? params.norm_out : params.scratch;
-  }
-  ARF_RETURN_IF_ERROR(launch_allreduce_kernel<T>(plan.inner_allreduce, plan.grid, plan.block,
-                                                 Pattern::kAllReduce, ar, stream));
-  if (pattern == Pattern::kAllReduce) return Status::ok();
-  if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
-  KernelParams epilogue = params;
-  epilogue.input = ar.allreduce_out;
-  return launch_epilogue_kernel<T>(epilogue_grid(plan, epilogue), plan.block, pattern, epilogue, stream);
-}
-
-// Level 2: the fused all-reduce + residual + RMSNorm kernel writes the norm (into norm_out, or the
-// local scratch), then the quantize-only kernel reads it back.
-template <typename T>
-Status launch_level2(const LaunchPlan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream,
-                     const BetweenKernels& between_kernels) {
-  KernelParams norm = params;
-  if (norm.norm_out == nullptr) norm.norm_out = params.scratch;
-  ARF_RETURN_IF_ERROR(launch_allreduce_kernel<T>(plan.algorithm, plan.grid, plan.block,
-                                                 Pattern::kResidualRmsNorm, norm, stream));
-  if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
-  KernelParams quant = params;
-  quant.input = norm.norm_out;
-  if constexpr (!kAllKernels) return unsupported("this diagnostic build has no quantized kernels");
-  return launch_local_epilogue<T, PatternGroup::kQuantOnly>(epilogue_grid(plan, quant), plan.block, pattern, quant,
-                                                            stream);
-}
-
-template <typename T>
-Status launch_typed(const LaunchPlan& plan, Pattern pattern, const KernelParams& params, cudaStream_t stream,
+// Launches the call's kernels (found by find_kernels) with each kernel's parameters:
+//  - unfused and level 3: the all-reduce kernel writes the rounded sum into norm_out (or the local
+//    scratch when a quantized pattern has no norm side output); the epilogue kernel then reads it
+//    and overwrites it row by row with the norm;
+//  - level 2: the fused all-reduce + residual + RMSNorm kernel writes the norm (into norm_out, or
+//    the local scratch), then the quantize-only kernel reads it back.
+Status launch_chain(const LaunchPlan& plan, Pattern pattern, const CallKernels& call,
+                    const std::array<KernelFn, 2>& fns, const KernelParams& params, cudaStream_t stream,
                     const BetweenKernels& between_kernels) {
-  if (plan.block <= 0 || plan.block > kMaxBlockThreads || plan.block % 32 != 0 || plan.grid <= 0) {
-    return internal_error("plan has an invalid launch shape");
+  if (call.chain == KernelChain::kOneKernel) {
+    return check_launch("all-reduce kernel", launch_kernel(fns[0], plan.grid, plan.block, params, stream));
   }
-  if (plan.algorithm == Algorithm::kUnfused) {
-    return launch_unfused<T>(plan, pattern, params, stream, between_kernels);
+  KernelParams first = params;
+  if (call.chain == KernelChain::kUnfused) {
+    if (pattern != Pattern::kAllReduce) {
+      first.allreduce_out = params.norm_out != nullptr ? params.norm_out : params.scratch;
+    }
+  } else if (first.norm_out == nullptr) {
+    first.norm_out = params.scratch;
   }
-  if (is_quant_pattern(pattern) && params.fallback_level == 2) {
-    return launch_level2<T>(plan, pattern, params, stream, between_kernels);
-  }
-  return launch_allreduce_kernel<T>(plan.algorithm, plan.grid, plan.block, pattern, params, stream);
+  ARF_RETURN_IF_ERROR(check_launch("all-reduce kernel", launch_kernel(fns[0], plan.grid, plan.block, first, stream)));
+  if (call.count == 1) return Status::ok();  // unfused allreduce: no epilogue
+  if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
+  KernelParams second = params;
+  second.input = call.chain == KernelChain::kUnfused ? first.allreduce_out : first.norm_out;
+  return check_launch("epilogue kernel",
+                      launch_kernel(fns[1], epilogue_grid(plan, second), plan.block, second, stream));
 }
 
 // One CTA per rank sharing a GPU, before each collective kernel: protocol.cuh, shared_device_gate.
@@ -164,69 +218,53 @@ Status launch_gate(const KernelParams& params, cudaStream_t stream) {
                                   cudaGetErrorString(err));
 }
 
-template <typename T>
-Status preload_typed(int world) {
-  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotLamport, PatternGroup::kPlain>(world)));
-  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotPull, PatternGroup::kPlain>(world)));
-  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kTwoshot, PatternGroup::kPlain>(world)));
-  ARF_RETURN_IF_ERROR((preload_local_epilogue<T, PatternGroup::kPlain>()));
-  if constexpr (!kAllKernels) return Status::ok();
-  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotLamport, PatternGroup::kQuant>(world)));
-  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kOneshotPull, PatternGroup::kQuant>(world)));
-  ARF_RETURN_IF_ERROR((preload_algorithm<T, Algorithm::kTwoshot, PatternGroup::kQuant>(world)));
-  ARF_RETURN_IF_ERROR((preload_local_epilogue<T, PatternGroup::kQuant>()));
-  return preload_local_epilogue<T, PatternGroup::kQuantOnly>();
-}
-
 }  // namespace
 
 Status launch(const LaunchPlan& plan, Pattern pattern, DType dtype, const KernelParams& params,
               cudaStream_t stream, const BetweenKernels& between_kernels) {
+  if (dtype != DType::kBf16 && dtype != DType::kFp16) return unsupported("activation dtype must be bf16 or fp16");
+  if (plan.block <= 0 || plan.block > kMaxBlockThreads || plan.block % 32 != 0 || plan.grid <= 0) {
+    return internal_error("plan has an invalid launch shape");
+  }
+  const CallKernels call = call_kernels(plan, pattern, dtype, params.world, params.fallback_level, params.row_elems);
+  if (call.count == 0) return internal_error("no all-reduce kernel for this algorithm");
+  Result<std::array<KernelFn, 2>> fns = find_kernels(call);
+  if (!fns.is_ok()) return fns.status();
   if (needs_gate(plan)) {
     ARF_RETURN_IF_ERROR(launch_gate(params, stream));
     if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
   }
-  switch (dtype) {
-    case DType::kBf16: return launch_typed<__nv_bfloat16>(plan, pattern, params, stream, between_kernels);
-#if defined(ARF_DIAGNOSTIC_KERNEL_SUBSET)
-    case DType::kFp16: return unsupported("this diagnostic build has bf16 kernels only");
-#else
-    case DType::kFp16: return launch_typed<__half>(plan, pattern, params, stream, between_kernels);
-#endif
-    default: return unsupported("activation dtype must be bf16 or fp16");
-  }
+  return launch_chain(plan, pattern, call, fns.value(), params, stream, between_kernels);
 }
 
 Status launch_epilogue(const LaunchPlan& plan, Pattern pattern, DType dtype, const KernelParams& params,
                        cudaStream_t stream) {
   if (pattern == Pattern::kAllReduce) return internal_error("allreduce has no epilogue");
-  switch (dtype) {
-    case DType::kBf16:
-      return launch_epilogue_kernel<__nv_bfloat16>(epilogue_grid(plan, params), plan.block, pattern,
-                                                   params, stream);
-#if defined(ARF_DIAGNOSTIC_KERNEL_SUBSET)
-    case DType::kFp16: return unsupported("this diagnostic build has bf16 kernels only");
-#else
-    case DType::kFp16:
-      return launch_epilogue_kernel<__half>(epilogue_grid(plan, params), plan.block, pattern, params,
-                                            stream);
-#endif
-    default: return unsupported("activation dtype must be bf16 or fp16");
-  }
+  if (dtype != DType::kBf16 && dtype != DType::kFp16) return unsupported("activation dtype must be bf16 or fp16");
+  CallKernels call;
+  call.keys[0] = epilogue_kernel_key(dtype, pattern, vecs_per_thread(params.row_elems, plan.block), false);
+  call.count = 1;
+  Result<std::array<KernelFn, 2>> fns = find_kernels(call);
+  if (!fns.is_ok()) return fns.status();
+  return check_launch("epilogue kernel",
+                      launch_kernel(fns.value()[0], epilogue_grid(plan, params), plan.block, params, stream));
 }
 
 Status preload_kernels(int world, DType dtype) {
-  cudaFuncAttributes gate_attr;
-  ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&gate_attr, shared_device_gate_kernel));
-  switch (dtype) {
-    case DType::kBf16: return preload_typed<__nv_bfloat16>(world);
+  cudaFuncAttributes attr;
+  ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, shared_device_gate_kernel));
 #if defined(ARF_DIAGNOSTIC_KERNEL_SUBSET)
-    case DType::kFp16: return unsupported("this diagnostic build has bf16 kernels only");
-#else
-    case DType::kFp16: return preload_typed<__half>(world);
+  if (dtype != DType::kBf16) return unsupported("this diagnostic build has bf16 kernels only");
 #endif
-    default: return unsupported("activation dtype must be bf16 or fp16");
+  if (dtype != DType::kBf16 && dtype != DType::kFp16) return unsupported("activation dtype must be bf16 or fp16");
+  if (world != 1 && world != 2 && world != 4 && world != 8) {
+    return unsupported("world size " + std::to_string(world) + " has no kernels (1, 2, 4, 8)");
   }
+  for (const KernelEntry& e : kernel_table().entries()) {
+    if (e.key.dtype != dtype || (e.key.world != 0 && e.key.world != world)) continue;
+    ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(e.fn)));
+  }
+  return Status::ok();
 }
 
 }  // namespace arf

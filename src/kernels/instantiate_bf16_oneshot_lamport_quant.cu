@@ -1,4 +1,0 @@
-// oneshot_lamport kernels for bf16, quant patterns: world sizes 1, 2, 4, 8 x vectors per thread 1, 2, 4.
-#include "kernels/launch.cuh"
-
-ARF_INSTANTIATE_ALGORITHM(__nv_bfloat16, arf::Algorithm::kOneshotLamport, arf::PatternGroup::kQuant)

@@ -1,4 +1,0 @@
-// oneshot_pull kernels for fp16, plain patterns: world sizes 1, 2, 4, 8 x vectors per thread 1, 2, 4.
-#include "kernels/launch.cuh"
-
-ARF_INSTANTIATE_ALGORITHM(__half, arf::Algorithm::kOneshotPull, arf::PatternGroup::kPlain)

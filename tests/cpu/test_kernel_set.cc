@@ -1,0 +1,181 @@
+// The kernel set (src/kernels/kernel_set.def) against the planner: every kernel any plan launches
+// is declared (a pruned kernel a plan still reaches would fail at launch on a GPU), every declared
+// kernel is launched by some plan (nothing is built that no plan can choose), and the count CMake
+// read from the list (the kernel_budget ctest's) equals the C++ table's.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cpu/plan_test_util.h"
+#include "kernels/kernel_set.h"
+#include "policy/policy.h"
+
+namespace arf {
+namespace {
+
+using KeyTuple = std::tuple<int, int, int, int, int, int>;
+
+KeyTuple tuple_of(const KernelKey& k) {
+  return {static_cast<int>(k.dtype), static_cast<int>(k.kernel), k.world, static_cast<int>(k.patterns),
+          static_cast<int>(k.pattern), k.vecs};
+}
+
+std::string text_of(const KernelKey& k) {
+  return "dtype " + std::to_string(static_cast<int>(k.dtype)) + " kernel " +
+         std::to_string(static_cast<int>(k.kernel)) + " world " + std::to_string(k.world) + " set " +
+         std::to_string(static_cast<int>(k.patterns)) + " pattern " +
+         std::to_string(static_cast<int>(k.pattern)) + " vecs " + std::to_string(k.vecs);
+}
+
+// Every kernel the rows declare, expanded.
+std::set<KeyTuple> declared_keys() {
+  std::set<KeyTuple> keys;
+  for (const KernelRow& row : kKernelRows) {
+    std::vector<int> worlds;
+    if (row.kernel == KernelKind::kLocalEpilogue) {
+      worlds.push_back(0);
+    } else {
+      for (int w : row.worlds) {
+        if (w != 0) worlds.push_back(w);
+      }
+    }
+    for (int w : worlds) {
+      for (Pattern p : patterns_in(row.patterns)) {
+        for (int v : kVecCounts) {
+          const KernelKey key{row.dtype, row.kernel, w, row.patterns, p, v};
+          EXPECT_TRUE(declared(key)) << text_of(key);
+          keys.insert(tuple_of(key));
+        }
+      }
+    }
+  }
+  return keys;
+}
+
+StaticFacts facts_of(int world, int ranks_per_device, DType dtype, bool nccl) {
+  StaticFacts f;
+  f.world = world;
+  f.dtype = dtype;
+  f.max_tokens = 1024;
+  f.max_hidden = kMaxHidden;
+  f.oneshot_max_tokens = 1024;
+  f.min_sm_count = 132;
+  f.max_ranks_per_device = ranks_per_device;
+  f.nccl = nccl;
+  return f;
+}
+
+TEST(KernelSet, CountsAgree) {
+  const std::set<KeyTuple> keys = declared_keys();
+  EXPECT_EQ(static_cast<int>(keys.size()), declared_kernel_count()) << "two rows declare one kernel";
+#if defined(ARF_DECLARED_KERNELS)
+  EXPECT_EQ(declared_kernel_count(), ARF_DECLARED_KERNELS)
+      << "cmake/kernels.cmake and kernel_set.h read kernel_set.def differently";
+#endif
+}
+
+// Forced algorithms and levels over every world, sharing, dtype, pattern and vector count: the
+// set of kernels the launcher would run is exactly the declared set.
+TEST(KernelSet, PlansLaunchExactlyTheDeclaredKernels) {
+  const std::set<KeyTuple> declared_set = declared_keys();
+  std::set<KeyTuple> launched;
+  int plans = 0;
+  const Algorithm algorithms[] = {Algorithm::kAuto,    Algorithm::kOneshotLamport, Algorithm::kOneshotPull,
+                                  Algorithm::kTwoshot, Algorithm::kUnfused,        Algorithm::kNccl};
+  const Pattern patterns[] = {Pattern::kAllReduce,   Pattern::kResidualRmsNorm, Pattern::kFp8PerTensor,
+                              Pattern::kFp8PerToken, Pattern::kFp8PerGroup,     Pattern::kNvfp4,
+                              Pattern::kMxfp4};
+  for (int world : {1, 2, 4, 8}) {
+    for (int sharing : {1, world}) {
+      for (DType dtype : {DType::kBf16, DType::kFp16}) {
+        for (bool nccl : {false, true}) {
+          const StaticFacts facts = facts_of(world, sharing, dtype, nccl && world > 1 && sharing == 1);
+          for (Algorithm algorithm : algorithms) {
+            for (Pattern pattern : patterns) {
+              for (int level = 0; level <= (is_quant_pattern(pattern) ? 3 : 0); ++level) {
+                for (int hidden : {256, 4096, 8192, 16384}) {  // 1, 1, 2, 4 vectors per thread
+                  for (int64_t tokens : {1, 300, 1024}) {
+                    CallShape shape = call_shape(tokens, hidden, pattern, algorithm, level);
+                    shape.dtype = dtype;
+                    const Result<Plan> plan = make_plan(shape, facts);
+                    if (!plan.is_ok()) continue;
+                    ++plans;
+                    const Plan& p = plan.value();
+                    CallKernels call;
+                    if (p.algorithm == Algorithm::kNccl) {
+                      if (pattern == Pattern::kAllReduce) continue;  // NCCL alone
+                      call.keys[0] = epilogue_kernel_key(dtype, pattern, vecs_per_thread(hidden, p.block), false);
+                      call.count = 1;
+                    } else {
+                      call = call_kernels(p, pattern, dtype, world, p.fallback_level, hidden);
+                    }
+                    ASSERT_GE(call.count, 1) << p.reason;
+                    // nccl's first kernel is NCCL's own.
+                    ASSERT_EQ(call.count + (p.algorithm == Algorithm::kNccl ? 1 : 0), p.num_kernels) << p.reason;
+                    for (int i = 0; i < call.count; ++i) {
+                      const KernelKey& key = call.keys[static_cast<size_t>(i)];
+                      ASSERT_TRUE(declared(key)) << text_of(key) << " for " << p.reason;
+                      launched.insert(tuple_of(key));
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(plans, 10000);
+  for (const KeyTuple& k : declared_set) {
+    EXPECT_TRUE(launched.count(k) == 1) << "declared but no plan launches it: dtype " << std::get<0>(k)
+                                        << " kernel " << std::get<1>(k) << " world " << std::get<2>(k)
+                                        << " set " << std::get<3>(k) << " pattern " << std::get<4>(k)
+                                        << " vecs " << std::get<5>(k);
+  }
+  EXPECT_EQ(launched.size(), declared_set.size());
+}
+
+// No peer at world 1: every fused algorithm runs oneshot_lamport's world-1 (streaming) kernel,
+// unfused's inner all-reduce included.
+TEST(KernelSet, WorldOneRunsTheStreamingKernel) {
+  const StaticFacts facts = facts_of(1, 1, DType::kBf16, false);
+  for (Algorithm algorithm : {Algorithm::kOneshotLamport, Algorithm::kOneshotPull, Algorithm::kTwoshot}) {
+    for (int level : {0, 1, 2, 3}) {
+      const Plan p = plan_ok(call_shape(64, 4096, Pattern::kFp8PerToken, algorithm, level), facts);
+      const CallKernels call = call_kernels(p, Pattern::kFp8PerToken, DType::kBf16, 1, p.fallback_level, 4096);
+      ASSERT_GE(call.count, 1);
+      EXPECT_EQ(call.keys[0].kernel, KernelKind::kOneshotLamport) << p.reason;
+      EXPECT_EQ(call.keys[0].world, 1) << p.reason;
+    }
+  }
+  const Plan forced_pull = plan_ok(call_shape(64, 4096, Pattern::kResidualRmsNorm, Algorithm::kOneshotPull), facts);
+  EXPECT_EQ(forced_pull.algorithm, Algorithm::kOneshotPull);  // the plan still names the request
+}
+
+// The chains: unfused allreduce is one kernel, level 2 ends in the quantize-only epilogue.
+TEST(KernelSet, Chains) {
+  const StaticFacts facts = facts_of(4, 1, DType::kFp16, false);
+  const Plan unfused = plan_ok(call_shape(8, 4096, Pattern::kAllReduce, Algorithm::kUnfused), facts);
+  const CallKernels a = call_kernels(unfused, Pattern::kAllReduce, DType::kFp16, 4, unfused.fallback_level, 4096);
+  EXPECT_EQ(a.chain, KernelChain::kUnfused);
+  EXPECT_EQ(a.count, 1);
+  const Plan level2 = plan_ok(call_shape(8, 8192, Pattern::kNvfp4, Algorithm::kTwoshot, 2), facts);
+  const CallKernels b = call_kernels(level2, Pattern::kNvfp4, DType::kFp16, 4, level2.fallback_level, 8192);
+  EXPECT_EQ(b.chain, KernelChain::kLevel2);
+  ASSERT_EQ(b.count, 2);
+  EXPECT_EQ(b.keys[0].kernel, KernelKind::kTwoshot);
+  EXPECT_EQ(b.keys[0].pattern, Pattern::kResidualRmsNorm);
+  EXPECT_EQ(b.keys[0].vecs, 2);
+  EXPECT_EQ(b.keys[1].kernel, KernelKind::kLocalEpilogue);
+  EXPECT_EQ(b.keys[1].patterns, PatternSet::kQuantOnly);
+  Plan nccl_like = level2;
+  nccl_like.algorithm = Algorithm::kNccl;
+  EXPECT_EQ(call_kernels(nccl_like, Pattern::kNvfp4, DType::kFp16, 4, 3, 8192).count, 0);
+}
+
+}  // namespace
+}  // namespace arf
