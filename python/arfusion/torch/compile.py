@@ -29,7 +29,11 @@ not one fixed pattern, so small variations still match):
   FP8 tails   after the norm, in plain torch: static per-tensor (x.float() / scale).clamp(-448, 448)
               .to(float8_e4m3fn); per-token and per-group 1x128 with scale = clamp_min(amax / 448,
               1 / (448 * 512)) (arfusion's contract exactly; anything else is left unfused and
-              reported)
+              reported). Two differences from what Inductor would compute unfused, by design:
+              torch on a GPU evaluates amax / 448.0 as amax * fp32(1/448), arfusion divides
+              (IEEE): about 40% of the scales differ by 1 ulp, rarely a q byte; and when only the
+              tail reads the rounded norm Inductor folds its round trip through bf16 and quantizes
+              the unrounded fp32 value, which arfusion does not do: that form is left unfused
 
 Eligibility is arfusion's own planner (arfPlanShape on the communicator: world size, dtype,
 hidden, token count, quantization block rules), so every rank decides identically. A dynamic
