@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine needs from ./build into .devpack/build.tar.xz, small enough for the
 # device tool's 64 MiB transfer: configure with -DARF_SHARED=ON first (one libarfusion.so holds
-# the kernels; static linking would copy ~50 MB of them into every executable). On the device:
+# the kernels; static linking would copy ~22 MB of them into every executable). On the device:
 #   tar -xJf .devpack/build.tar.xz && bash scripts/device_run.sh [stages]
 # with `carry: [".devpack"]`. Extra build-relative paths can be named as arguments.
 set -euo pipefail

@@ -81,6 +81,11 @@ struct Boundary {
   int64_t last_oneshot_tokens;  // at hidden 8192 bf16 (16 KiB per token)
 };
 
+// Without it gtest prints the struct's bytes, padding included (different in every build).
+void PrintTo(const Boundary& b, std::ostream* os) {
+  *os << "world " << b.world << ", last one-shot tokens " << b.last_oneshot_tokens;
+}
+
 class AutoBoundary : public ::testing::TestWithParam<Boundary> {};
 
 // Above the limit: two-shot, except at world 2 where it reads as much as oneshot_pull (policy.cc).
@@ -194,7 +199,8 @@ TEST(Grid, OneCtaPerRowUpToTheCap) {
 
 // World 1 runs no protocol with Lamport (or unfused over Lamport): a streaming kernel, one wave of
 // kMinCtasPerSm CTAs of 512 threads per SM (more of a smaller block). Forced pull and twoshot keep
-// their per-CTA barrier state, hence the co-residency cap, even at world 1.
+// the co-resident grid their plan reports at world 1 too; with nothing to exchange they run the
+// streaming kernel (kernel_set.h), which covers the rows at any grid.
 TEST(Grid, WorldOneLamportIsOneStreamingWave) {
   const StaticFacts f = facts_for(1, 1, 16384);
   EXPECT_EQ(plan_ok(fused(16384, 4096), f).grid, 264);  // 512 threads, 2 per SM x 132
