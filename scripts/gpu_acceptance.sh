@@ -18,11 +18,19 @@
 #             30) and its negative control
 #   ctest     ctest -L gpu (ARF_CTEST_EXCLUDE: a regex of tests to leave out)
 #   python    the torch integration: compile-pass graph dump, then python/tests/run_gpu_tests.sh
+#             (ARF_PYTHON_ARGS, e.g. "--worlds 2,4,8"), the FP8 scale probe, the op-overhead bench
+#   e2e       the end-to-end decoder: bench/e2e/run.sh ${ARF_E2E_ARGS:---quick} (results under bench/results)
+#   perf      world-1 epilogues against torch.compile (bench_world1.sh, bench_world1_quant.sh)
+#   build     configure and build ./build here (a snapshot from scripts/snapshot_for_device.sh)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-acceptance_out}
 mkdir -p "$out/log"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# the commit the results are stamped with: a snapshot's COMMIT file, else git
+[[ -z ${ARF_GIT_COMMIT:-} && -f COMMIT ]] && ARF_GIT_COMMIT=$(cat COMMIT)
+export ARF_GIT_COMMIT=${ARF_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 export ARFUSION_LIBRARY=$PWD/build/libarfusion.so
 # ctest files name the configuring machine's build directory.
 configured=$(sed -n 's/^# Build directory: //p' build/CTestTestfile.cmake 2>/dev/null)
@@ -77,7 +85,25 @@ for stage in "$@"; do
         > "$out/log/graphs.txt" 2>&1
       echo "graph dump: exit $?"; tail -3 "$out/log/graphs.txt"
       timeout 540 bash python/tests/run_gpu_tests.sh ${ARF_PYTHON_ARGS:-} > "$out/log/python_gpu.txt" 2>&1
-      echo "python gpu tests: exit $?"; tail -25 "$out/log/python_gpu.txt" ;;
+      echo "python gpu tests: exit $?"; grep -E "^(FAIL|SKIP)|passed|failed" "$out/log/python_gpu.txt" | tail -25
+      timeout 120 python3 python/tools/probe_fp8_scale_rounding.py > "$out/log/probe_fp8_scale.txt" 2>&1
+      echo "fp8 scale probe: exit $?"
+      timeout 200 python3 python/tools/bench_op_overhead.py "$out/log/op_overhead.json" > "$out/log/op_overhead.txt" 2>&1
+      echo "op overhead: exit $?"; tail -15 "$out/log/op_overhead.txt" ;;
+    build)
+      cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DARF_SHARED=ON \
+        -DARF_BUILD_NEGATIVE_CONTROLS=ON > "$out/log/configure.txt" 2>&1 &&
+        cmake --build build -j"$(nproc)" > "$out/log/build.txt" 2>&1
+      echo "build: exit $?"; tail -2 "$out/log/build.txt" ;;
+    e2e)
+      bash bench/e2e/run.sh ${ARF_E2E_ARGS:---quick} > "$out/log/e2e.txt" 2>&1
+      echo "e2e: exit $?"; grep -E "VERDICT|FAIL|^  - " "$out/log/e2e.txt" | head -20
+      cp bench/results/*-e2e*-"$ARF_GIT_COMMIT"/e2e.json "$out/log/" 2>/dev/null ;;
+    perf)
+      bash scripts/bench_world1.sh "$out/log/world1" > "$out/log/world1.txt" 2>&1
+      echo "world1: exit $?"; tail -25 "$out/log/world1/compare_world1.txt" 2>/dev/null
+      bash scripts/bench_world1_quant.sh "$out/log/world1_quant" > "$out/log/world1_quant.txt" 2>&1
+      echo "world1 quant: exit $?"; tail -30 "$out/log/world1_quant/compare_world1_quant.txt" 2>/dev/null ;;
     *) echo "unknown stage $stage" ;;
   esac
 done

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# A clean copy of a commit for the GPU machine to build itself (16 cores there: the full build with
+# the negative-control variants takes ~2.5 min), when the working tree holds uncommitted work that
+# must not travel: writes .snap/ (git-excluded) from HEAD or the named commit, with COMMIT holding
+# its hash (gpu_acceptance.sh stamps results with it: the device copy's own git HEAD can be stale).
+#   bash scripts/snapshot_for_device.sh [COMMIT]
+# Then, in every device call (a call that does not name .snap in carry finds it removed):
+#   carry: [".snap"], command: cd .snap && bash scripts/gpu_acceptance.sh build python e2e ctest
+set -euo pipefail
+cd "$(dirname "$0")/.."
+commit=$(git rev-parse --short "${1:-HEAD}")
+grep -qx '/.snap/' .git/info/exclude 2>/dev/null || echo '/.snap/' >> .git/info/exclude
+rm -rf .snap && mkdir .snap
+git archive "$commit" | tar -x -C .snap
+echo "$commit" > .snap/COMMIT
+echo "snapshot of $commit in .snap ($(du -sh .snap | cut -f1))"
