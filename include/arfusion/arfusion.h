@@ -84,6 +84,11 @@
  *    rules above with its own residual.
  *  - Quantized patterns quantize the dtype-rounded norm (the unfused contract) with the rules of
  *    src/kernels/quant_formats.h (saturation, NaN, -0.0, subnormals), bitwise.
+ *  - Dynamic FP8 scales (per-token, per-group): amax = the largest |x| of the row or group (NaN
+ *    elements ignored), scale = max(amax / 448, 2^-9 / 448) in fp32, the quotient taken as the
+ *    args' scale_rule says (arfFp8ScaleRule_t: an IEEE division by default, or amax * fp32(1/448),
+ *    torch's GPU arithmetic); the UE8M0 formats round that scale up to a power of two. Elements
+ *    are q = e4m3(saturate(x / scale)), an IEEE division, under either rule.
  */
 #ifndef ARFUSION_ARFUSION_H_
 #define ARFUSION_ARFUSION_H_
@@ -100,7 +105,7 @@ extern "C" {
 #define ARF_VERSION_MAJOR 0
 #define ARF_VERSION_MINOR 1
 /* Bumped whenever a public struct changes layout; structs carry struct_size + version. */
-#define ARF_API_VERSION 4
+#define ARF_API_VERSION 5
 
 /* Largest world size the kernels are built for. */
 #define ARF_MAX_RANKS 8
@@ -136,7 +141,7 @@ typedef enum arfPattern_t {
    * src/kernels/quant_formats.h states NaN, -0 and subnormal rules. */
   arfPatternResidualRmsNormFp8PerTensor = 2, /* quant_out e4m3 [T,H] = e4m3(norm / *scale_in) */
   arfPatternResidualRmsNormFp8PerToken = 3,  /* quant_out e4m3 [T,H]; scale_out fp32 [T] =
-                                                max(amax_t / 448, 2^-9 / 448) */
+                                                max(amax_t / 448, 2^-9 / 448) (scale_rule) */
   arfPatternResidualRmsNormFp8PerGroup = 4,  /* quant_out e4m3 [T,H]; one scale per 1x128 group,
                                                 H % 128 == 0; scale_layout row-major [T,H/128] or
                                                 MN-major [H/128, round_up(T,4)]; scale_format */
@@ -156,7 +161,7 @@ typedef enum arfScaleLayout_t {
 
 /* FP8 per-group scale storage. NVFP4/MXFP4 scales are always one byte (e4m3 / UE8M0). */
 typedef enum arfScaleFormat_t {
-  arfScaleFp32 = 0,        /* amax / 448 (floored), fp32 */
+  arfScaleFp32 = 0,        /* amax / 448 (floored; scale_rule), fp32 */
   arfScaleUe8m0AsFp32 = 1, /* rounded up to a power of two, stored as fp32 */
   arfScaleUe8m0Packed = 2  /* rounded up to a power of two, UE8M0 bytes packed 4 per word along K */
 } arfScaleFormat_t;
@@ -194,6 +199,27 @@ typedef enum arfNormRounding_t {
   arfNormRoundOnce = 0,
   arfNormRoundBeforeWeight = 1
 } arfNormRounding_t;
+
+/* How the dynamic FP8 scale of fp8 per-token and per-group is computed from the amax (API version
+ * 5). Under both rules amax is the largest |x| of the row or group, NaN elements ignored (an
+ * all-zero or all-NaN row has amax 0), the floor 2^-9 / 448 is applied after the quotient
+ * (scale = max(quotient, 2^-9 / 448), as torch's clamp_min(amax / 448.0, 1 / (448 * 512)) does),
+ * an infinite amax gives an infinite scale (UE8M0: saturated to 2^127), and the UE8M0 formats
+ * round the chosen scale up to a power of two:
+ *  - arfFp8ScaleDivide (default): amax / 448, the IEEE quotient (the bits of earlier versions).
+ *  - arfFp8ScaleTimesReciprocal: amax * fp32(1/448), one IEEE multiplication by the fp32 constant
+ *    RN(1/448) (bits 0x3B124925). That is what torch computes for `amax / 448.0` on a GPU, eager
+ *    CUDA (a Python-scalar divisor becomes a multiplication by its reciprocal) and Inductor alike.
+ *    The two quotients differ by one ulp for 17,468 of the 32,512 positive normal bf16 values
+ *    (9,727 scales once the floor applies; fp16: 17,420 and 14,050 of 31,743); the rounded-up
+ *    UE8M0 scales of the two rules are equal for every bf16 and fp16 amax.
+ * The elements are x / scale (IEEE) under both rules. Patterns without a dynamic FP8 scale
+ * (allreduce, residual_rmsnorm, fp8 per-tensor, nvfp4, mxfp4) take arfFp8ScaleDivide only:
+ * another rule is arfInvalidArgument, as is a value outside the enum. */
+typedef enum arfFp8ScaleRule_t {
+  arfFp8ScaleDivide = 0,
+  arfFp8ScaleTimesReciprocal = 1
+} arfFp8ScaleRule_t;
 
 /* One name per algorithm, spelled the same in code, CLI, logs and tests (arfAlgorithmName). */
 typedef enum arfAlgorithm_t {
@@ -386,10 +412,14 @@ typedef struct arfFusedArgs_t {
 
   /* API version 4. */
   arfNormRounding_t norm_rounding; /* default arfNormRoundOnce */
+
+  /* API version 5. Version 1-4 callers (struct_size without it) get arfFp8ScaleDivide. */
+  arfFp8ScaleRule_t scale_rule;    /* fp8 per-token / per-group only; default arfFp8ScaleDivide */
 } arfFusedArgs_t;
 
 /* Fills defaults: struct_size/version, pattern residual_rmsnorm, algorithm auto, bf16, eps 1e-6,
- * gamma dtype = activation dtype, all pointers NULL. */
+ * gamma dtype = activation dtype, all pointers NULL, every enum its default (row-major fp32
+ * scales, fallback auto, arfNormRoundOnce, arfFp8ScaleDivide). */
 void arfFusedArgsInit(arfFusedArgs_t* args);
 
 typedef struct arfPlan_t {

@@ -40,13 +40,15 @@ constexpr AbiEntry kAbi[] = {
     ARF_ABI_CONST(arfPatternResidualRmsNormFp8PerToken),
     ARF_ABI_CONST(arfPatternResidualRmsNormFp8PerGroup),
     ARF_ABI_CONST(arfPatternResidualRmsNormNvfp4), ARF_ABI_CONST(arfPatternResidualRmsNormMxfp4),
-    // arfScaleLayout_t, arfScaleFormat_t, arfFallbackLevel_t, arfNormRounding_t
+    // arfScaleLayout_t, arfScaleFormat_t, arfFallbackLevel_t, arfNormRounding_t,
+    // arfFp8ScaleRule_t
     ARF_ABI_CONST(arfScaleRowMajor), ARF_ABI_CONST(arfScaleMnMajor),
     ARF_ABI_CONST(arfScaleSwizzled128x4), ARF_ABI_CONST(arfScaleFp32),
     ARF_ABI_CONST(arfScaleUe8m0AsFp32), ARF_ABI_CONST(arfScaleUe8m0Packed),
     ARF_ABI_CONST(arfFallbackAuto), ARF_ABI_CONST(arfFallbackOneKernel),
     ARF_ABI_CONST(arfFallbackTwoKernels), ARF_ABI_CONST(arfFallbackThreeKernels),
     ARF_ABI_CONST(arfNormRoundOnce), ARF_ABI_CONST(arfNormRoundBeforeWeight),
+    ARF_ABI_CONST(arfFp8ScaleDivide), ARF_ABI_CONST(arfFp8ScaleTimesReciprocal),
     // arfAlgorithm_t
     ARF_ABI_CONST(arfAlgoAuto), ARF_ABI_CONST(arfAlgoOneshotLamport),
     ARF_ABI_CONST(arfAlgoOneshotPull), ARF_ABI_CONST(arfAlgoTwoshot), ARF_ABI_CONST(arfAlgoUnfused),
@@ -77,6 +79,7 @@ constexpr AbiEntry kAbi[] = {
     ARF_ABI_FIELD(arfFusedArgs_t, scale_out), ARF_ABI_FIELD(arfFusedArgs_t, scale_in),
     ARF_ABI_FIELD(arfFusedArgs_t, scale_layout), ARF_ABI_FIELD(arfFusedArgs_t, scale_format),
     ARF_ABI_FIELD(arfFusedArgs_t, fallback), ARF_ABI_FIELD(arfFusedArgs_t, norm_rounding),
+    ARF_ABI_FIELD(arfFusedArgs_t, scale_rule),
     // arfPlan_t
     ARF_ABI_SIZE(arfPlan_t), ARF_ABI_FIELD(arfPlan_t, algorithm),
     ARF_ABI_FIELD(arfPlan_t, inner_allreduce), ARF_ABI_FIELD(arfPlan_t, num_kernels),

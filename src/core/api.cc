@@ -244,6 +244,7 @@ void arfFusedArgsInit(arfFusedArgs_t* args) {
   args->scale_format = arfScaleFp32;
   args->fallback = arfFallbackAuto;
   args->norm_rounding = arfNormRoundOnce;
+  args->scale_rule = arfFp8ScaleDivide;
 }
 
 namespace {
@@ -316,11 +317,14 @@ arfStatus_t arfPlanFromFacts(const arfPlanFacts_t* facts, const arfFusedArgs_t* 
   ARF_API_REQUIRE(facts);
   ARF_API_REQUIRE(args);
   ARF_API_REQUIRE(plan);
-  if (facts->struct_size != sizeof(arfPlanFacts_t) || facts->version != ARF_API_VERSION) {
+  // arfPlanFacts_t came with version 4 and has not changed since: versions 4 and 5 share it.
+  static_assert(ARF_API_VERSION == 5, "a new API version: say which arfPlanFacts_t it has");
+  if (facts->struct_size != sizeof(arfPlanFacts_t) || facts->version < 4 ||
+      facts->version > ARF_API_VERSION) {
     return report(arf::invalid_argument(
         "facts->struct_size/version " + std::to_string(facts->struct_size) + "/" +
         std::to_string(facts->version) + " do not match this library (" +
-        std::to_string(sizeof(arfPlanFacts_t)) + "/" + std::to_string(ARF_API_VERSION) +
+        std::to_string(sizeof(arfPlanFacts_t)) + "/4-" + std::to_string(ARF_API_VERSION) +
         "); use arfPlanFactsInit"));
   }
   const int w = facts->world_size;

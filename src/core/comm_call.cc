@@ -122,6 +122,7 @@ Status Communicator::fused_allreduce(const arfFusedArgs_t& caller_args, cudaStre
     // The public enums and quant::ScaleLayout / the kernels' format codes match numerically.
     p.scale_layout = static_cast<int>(args.scale_layout);
     p.scale_format = static_cast<int>(args.scale_format);
+    p.scale_rule = static_cast<int>(args.scale_rule);  // validated: divide unless FP8 dynamic
     p.fallback_level = plan.value().fallback_level;
   }
   return launch_checked(plan.value(), pattern, p, stream);

@@ -67,10 +67,11 @@ Status validate_config(const arfCommConfig_t& c) {
   const bool v3_size = c.struct_size == kCommConfigV3Bytes;
   const bool size_ok = v2_size || v3_size || c.struct_size == sizeof(arfCommConfig_t);
   // Version 3 added programmatic_launch, version 4 verify_calls; a version 1 or 2 struct has the
-  // version 2 layout.
+  // version 2 layout. Version 5 changed arfFusedArgs_t only: a full-size config is version 4 or 5.
+  static_assert(ARF_API_VERSION == 5, "a new API version: say which config layout it has");
   const bool version_ok = v2_size   ? (c.version >= 1 && c.version <= 2)
                           : v3_size ? c.version == 3
-                                    : (c.version == 4 && ARF_API_VERSION == 4);
+                                    : (c.version == 4 || c.version == 5);
   if (!size_ok || !version_ok) {
     return invalid_argument("config struct_size " + std::to_string(c.struct_size) + " / version " +
                             std::to_string(c.version) + " do not match this library (" +

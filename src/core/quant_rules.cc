@@ -1,6 +1,8 @@
 // The quantized patterns' host rules (quant_rules.h).
 #include "core/quant_rules.h"
 
+#include "kernels/quant_formats.h"
+
 namespace arf {
 
 // KernelParams carries the public enums' values as ints (comm_call.cc); the kernels read them
@@ -10,6 +12,8 @@ static_assert(arfScaleRowMajor == static_cast<int>(quant::ScaleLayout::kRowMajor
               arfScaleSwizzled128x4 == static_cast<int>(quant::ScaleLayout::kSwizzled128x4));
 static_assert(arfScaleFp32 == kScaleFormatFp32 && arfScaleUe8m0AsFp32 == kScaleFormatUe8m0AsFp32 &&
               arfScaleUe8m0Packed == kScaleFormatUe8m0Packed);
+static_assert(arfFp8ScaleDivide == static_cast<int>(quant::Fp8ScaleRule::kDivide) &&
+              arfFp8ScaleTimesReciprocal == static_cast<int>(quant::Fp8ScaleRule::kTimesReciprocal));
 static_assert(arfPatternResidualRmsNormFp8PerTensor == static_cast<int>(Pattern::kFp8PerTensor) &&
               arfPatternResidualRmsNormFp8PerToken == static_cast<int>(Pattern::kFp8PerToken) &&
               arfPatternResidualRmsNormFp8PerGroup == static_cast<int>(Pattern::kFp8PerGroup) &&
@@ -100,6 +104,22 @@ std::string quant_scale_error(Pattern pattern, int layout, int format) {
     return "scale_format " + std::to_string(format) +
            " applies to fp8 per-group only; leave it arfScaleFp32" + pattern_text +
            (quant_is_fp4(pattern) ? " (its scales are always one-byte codes)" : "");
+  }
+  return "";
+}
+
+bool quant_has_dynamic_fp8_scale(Pattern pattern) {
+  return pattern == Pattern::kFp8PerToken || pattern == Pattern::kFp8PerGroup;
+}
+
+std::string quant_scale_rule_error(Pattern pattern, int scale_rule) {
+  if (scale_rule != arfFp8ScaleDivide && scale_rule != arfFp8ScaleTimesReciprocal) {
+    return "scale_rule " + std::to_string(scale_rule) + " is not a valid arfFp8ScaleRule_t";
+  }
+  if (scale_rule != arfFp8ScaleDivide && !quant_has_dynamic_fp8_scale(pattern)) {
+    return std::string("scale_rule arfFp8ScaleTimesReciprocal applies to fp8 per-token and "
+                       "per-group only (their dynamic scales), not to pattern ") +
+           name_of(pattern) + "; leave it arfFp8ScaleDivide";
   }
   return "";
 }

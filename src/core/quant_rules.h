@@ -50,6 +50,16 @@ std::string quant_hidden_error(Pattern pattern, int64_t hidden);
 // Non-quant patterns: always "" (their quant fields are ignored, like every unused tensor).
 std::string quant_scale_error(Pattern pattern, int scale_layout, int scale_format);
 
+// True for the patterns whose scale is computed from an amax (fp8 per-token and per-group): the
+// ones arfFusedArgs_t::scale_rule applies to.
+bool quant_has_dynamic_fp8_scale(Pattern pattern);
+
+// "" if scale_rule is legal for the pattern, else what is wrong: a value outside
+// arfFp8ScaleRule_t (any pattern), or a rule other than arfFp8ScaleDivide for a pattern without a
+// dynamic FP8 scale (refused rather than ignored, so a caller who asked for torch's rounding where
+// it cannot apply learns so).
+std::string quant_scale_rule_error(Pattern pattern, int scale_rule);
+
 // How a legal (pattern, scale_format) stores each scale: one byte (UE8M0 packed, nvfp4's e4m3,
 // mxfp4's UE8M0) or one fp32.
 quant::ScaleStorage quant_scale_storage(Pattern pattern, int scale_format);

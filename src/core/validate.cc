@@ -43,6 +43,14 @@ struct FusedArgsV1 {
 };
 static_assert(sizeof(FusedArgsV1) == kFusedArgsV1Bytes,
               "version-1 arfFusedArgs_t layout changed: version-1 callers would break");
+// A version-4 caller's sizeof(arfFusedArgs_t) ended at norm_rounding rounded up to the struct's
+// alignment; version 5's scale_rule must start exactly there, or that size would not be
+// kFusedArgsV4Bytes (and a version-4 struct would be refused or misread).
+static_assert(kFusedArgsV4Bytes ==
+                  (offsetof(arfFusedArgs_t, norm_rounding) + sizeof(arfNormRounding_t) +
+                   alignof(arfFusedArgs_t) - 1) / alignof(arfFusedArgs_t) * alignof(arfFusedArgs_t),
+              "arfFusedArgs_t::scale_rule does not start where the version-4 struct ended");
+static_assert(sizeof(arfFusedArgs_t) > kFusedArgsV4Bytes);
 
 const char* dtype_name(int dtype) {
   switch (dtype) {
@@ -126,11 +134,16 @@ Status check_devices(const std::vector<Range>& ranges, int device, const Pointer
   return Status::ok();
 }
 
+bool known_args_size(size_t struct_size) {
+  return struct_size == sizeof(arfFusedArgs_t) || struct_size == kFusedArgsV4Bytes ||
+         struct_size == kFusedArgsV2Bytes || struct_size == kFusedArgsV1Bytes;
+}
+
 Status check_header(const arfFusedArgs_t& a, const StaticFacts& facts) {
-  if (a.struct_size != sizeof(arfFusedArgs_t) && a.struct_size != kFusedArgsV2Bytes &&
-      a.struct_size != kFusedArgsV1Bytes) {
+  if (!known_args_size(a.struct_size)) {
     return invalid_argument("args->struct_size is " + std::to_string(a.struct_size) + ", expected " +
                             std::to_string(sizeof(arfFusedArgs_t)) + " (or " +
+                            std::to_string(kFusedArgsV4Bytes) + " for API version 4, " +
                             std::to_string(kFusedArgsV2Bytes) + " for API versions 2-3, " +
                             std::to_string(kFusedArgsV1Bytes) +
                             " for API version 1; initialise args with arfFusedArgsInit)");
@@ -145,13 +158,19 @@ Status check_header(const arfFusedArgs_t& a, const StaticFacts& facts) {
   // Version 3 changed arfCommConfig_t only: a version-2-sized args struct is version 2 or 3.
   const bool v1_size = a.struct_size == kFusedArgsV1Bytes;
   const bool v2_size = a.struct_size == kFusedArgsV2Bytes;
+  const bool v4_size = a.struct_size == kFusedArgsV4Bytes;
   const bool version_matches = v1_size   ? a.version == 1
                                : v2_size ? (a.version == 2 || a.version == 3)
-                                         : a.version >= 4;
+                               : v4_size ? a.version == 4
+                                         : a.version >= 5;
   if (!version_matches) {
     return invalid_argument("args->version " + std::to_string(a.version) + " does not match " +
                             "args->struct_size " + std::to_string(a.struct_size) + " (a version " +
-                            (v1_size ? std::string("1") : v2_size ? "2 or 3" : "4") + " struct)");
+                            (v1_size   ? std::string("1")
+                             : v2_size ? "2 or 3"
+                             : v4_size ? "4"
+                                       : "5") +
+                            " struct)");
   }
   if (raw_enum(a.pattern) < arfPatternAllReduce || raw_enum(a.pattern) > arfPatternResidualRmsNormMxfp4) {
     return invalid_argument("args->pattern " + std::to_string(raw_enum(a.pattern)) +
@@ -222,6 +241,9 @@ Status check_quant_shape(const arfFusedArgs_t& a) {
   if (fallback < arfFallbackAuto || fallback > arfFallbackThreeKernels) {
     return invalid_argument("args->fallback " + std::to_string(fallback) +
                             " is not a valid arfFallbackLevel_t");
+  }
+  if (std::string e = quant_scale_rule_error(pattern, raw_enum(a.scale_rule)); !e.empty()) {
+    return invalid_argument(e);
   }
   if (!is_quant_pattern(pattern)) {
     if (fallback != arfFallbackAuto) {
@@ -316,10 +338,7 @@ arfFusedArgs_t upgrade_fused_args(const arfFusedArgs_t* args) {
   std::memset(&out, 0, sizeof(out));
   out.struct_size = args->struct_size;
   out.version = args->version;
-  if (args->struct_size == kFusedArgsV1Bytes || args->struct_size == kFusedArgsV2Bytes ||
-      args->struct_size == sizeof(arfFusedArgs_t)) {
-    std::memcpy(&out, args, args->struct_size);
-  }
+  if (known_args_size(args->struct_size)) std::memcpy(&out, args, args->struct_size);
   return out;
 }
 

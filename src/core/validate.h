@@ -36,25 +36,29 @@ using PointerCheck = std::function<Status(const void* ptr, const char* name, int
 PointerCheck cuda_pointer_check();
 
 // sizeof(arfFusedArgs_t) as API version 1 callers were built with: everything up to `eps`; as
-// versions 2 and 3 declared it: everything up to `fallback`.
+// versions 2 and 3 declared it: everything up to `fallback`; as version 4 declared it: everything
+// up to `norm_rounding` (scale_rule, version 5, starts where version 4's struct ended: validate.cc
+// checks that no padding lies between).
 inline constexpr size_t kFusedArgsV1Bytes = offsetof(arfFusedArgs_t, quant_out);
 inline constexpr size_t kFusedArgsV2Bytes = offsetof(arfFusedArgs_t, norm_rounding);
+inline constexpr size_t kFusedArgsV4Bytes = offsetof(arfFusedArgs_t, scale_rule);
 
 // The caller's struct as a full current-version struct: copies struct_size bytes when struct_size
-// is a size this library knows (version 1's, versions 2-3's or the current one), so fields an
-// older caller's struct does not have read as zero (null pointers, row-major, fp32, fallback
-// auto, arfNormRoundOnce). For any other
+// is a size this library knows (version 1's, versions 2-3's, version 4's or the current one), so
+// fields an older caller's struct does not have read as zero (null pointers, row-major, fp32,
+// fallback auto, arfNormRoundOnce, arfFp8ScaleDivide). For any other
 // struct_size only struct_size and version are copied, which validate() then rejects. Reads no
 // byte beyond what struct_size claims (past the header), so a version-1 struct in a version-1-sized
 // allocation is safe. Idempotent.
 arfFusedArgs_t upgrade_fused_args(const arfFusedArgs_t* args);
 
 // Validates one arfFusedAllReduce / arfPlan call against the communicator's facts (world, dtype,
-// capacity). Checks, in order: struct_size/version (version 1 with its size, or the current
-// version with the current size; a version-1 struct cannot ask for a quantized pattern); pattern,
+// capacity). Checks, in order: struct_size/version (each known size with the versions that
+// declared it; a version-1 struct cannot ask for a quantized pattern); pattern,
 // algorithm and dtype ranges; dtype == communicator dtype; hidden (multiple of 8, 8..max_hidden,
 // and the quantized pattern's block: quant_rules.h); num_tokens <= max_tokens; the fallback level
-// (0..3; non-auto only for quantized patterns); scale_layout / scale_format for the pattern. A call
+// (0..3; non-auto only for quantized patterns); the scale rule (in its enum; non-default only for
+// fp8 per-token / per-group); scale_layout / scale_format for the pattern. A call
 // with num_tokens == 0 is a valid no-op and stops here (its pointers are not inspected). Then, per
 // pattern: required pointers non-null and aligned (16 bytes; scale_in 4); gamma dtype; eps;
 // aliasing (residual_in may be NULL; only allreduce_out == input, residual_out == residual_in and norm_out == input,

@@ -153,6 +153,7 @@ struct KernelParams {
   const float* scale_in;  // FP8 per-tensor scale / NVFP4 global scale (device)
   int scale_layout;       // quant::ScaleLayout
   int scale_format;       // kScaleFormat* (arfScaleFormat_t; FP8 per-group)
+  int scale_rule;         // quant::Fp8ScaleRule (arfFp8ScaleRule_t; FP8 per-token / per-group)
   int fallback_level;     // 1, 2 or 3 for quantized patterns (launch.cu), else 1
   // Local [capacity] scratch rows: the all-reduced or normed rows between the kernels of fallback
   // levels 2 and 3 when the caller passes no norm_out. Only this rank touches it.

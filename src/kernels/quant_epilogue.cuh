@@ -38,6 +38,13 @@ __device__ __forceinline__ quant::ScaleLayout scale_layout(const KernelParams& p
   return static_cast<quant::ScaleLayout>(p.scale_layout);
 }
 
+// How the dynamic FP8 scales take amax / 448: a runtime value (uniform over the grid), not a
+// template argument, so the kernel set does not double; the two rules differ in one operation
+// per row or group (a division or a multiplication by RN(1/448)).
+__device__ __forceinline__ quant::Fp8ScaleRule scale_rule(const KernelParams& p) {
+  return static_cast<quant::Fp8ScaleRule>(p.scale_rule);
+}
+
 // Writes one scale (fp32 value or byte code) at (row, col) of the caller's layout.
 __device__ __forceinline__ void store_scale(const KernelParams& p, quant::ScaleStorage storage,
                                             int64_t row, int64_t col, int64_t cols, float value,
@@ -168,7 +175,7 @@ struct Fp8PerTokenQuant {
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) amax = fmaxf(amax, vec_amax<T, kVecs>(s, v, k));
-    const float scale = quant::fp8_dynamic_scale(red.template reduce<MaxOp>(amax));
+    const float scale = quant::fp8_dynamic_scale(red.template reduce<MaxOp>(amax), scale_rule(p));
     if (threadIdx.x == 0) static_cast<float*>(p.scale_out)[s.row] = scale;
     store_fp8_row<T, kVecs>(p, s, v, quant::e4m3_reciprocal(scale));
   }
@@ -215,6 +222,7 @@ struct Fp8PerGroupQuant {
     char* const scale_row = static_cast<char*>(p.scale_out) + cta.addr.row_part(static_cast<int>(s.row));
     const bool fp32_scale = p.scale_format == kScaleFormatFp32;
     const bool byte_scale = p.scale_format == kScaleFormatUe8m0Packed;
+    const quant::Fp8ScaleRule rule = scale_rule(p);
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
       const float amax = lanes_reduce<kGroupVecs, MaxOp>(vec_amax<T, kVecs>(s, v, k));
@@ -223,11 +231,11 @@ struct Fp8PerGroupQuant {
       uint8_t code = 0;
       uint2 codes;
       if (fp32_scale) {
-        scale = quant::fp8_dynamic_scale(amax);
+        scale = quant::fp8_dynamic_scale(amax, rule);
         codes = fp8_vec<T>(v[k], quant::e4m3_reciprocal(scale));
       } else {
         // A power of two: x * 2^-e is x / 2^e bit for bit (quant_formats.h ue8m0_reciprocal).
-        code = quant::fp8_dynamic_scale_ue8m0(amax);
+        code = quant::fp8_dynamic_scale_ue8m0(amax, rule);
         scale = quant::decode_ue8m0(code);
         const float mult = quant::ue8m0_reciprocal(code);
         codes = fp8_vec<T>(v[k], [&](float x) { return quant::mul_rn(x, mult); });

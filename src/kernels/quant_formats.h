@@ -239,25 +239,44 @@ ARF_HD inline float ue8m0_reciprocal(uint8_t e) {
 
 // ---- scale rules -------------------------------------------------------------------------------
 
-// Dynamic FP8 scale (per token, per 1x128 group): max(amax / 448, kMinFp8Scale). The same floor
-// serves both so one helper serves both kernels; an all-zero row or group gets kMinFp8Scale (byte
-// 110 = 2^-17 in UE8M0) and quantizes to zeros like any positive scale would. AITER uses 1.0 for a
-// zero group and FlashInfer's packed UE8M0 path clamps at 1e-10; only groups with amax < 2^-9 see a
-// difference, and for them ours does not use the full e4m3 range.
+// How the quotient amax / 448 of a dynamic FP8 scale is taken (arfFp8ScaleRule_t, arfusion.h;
+// core/quant_rules.cc asserts the values are equal).
+enum class Fp8ScaleRule : int {
+  kDivide = 0,           // RN(amax / 448): the IEEE quotient, the contract's default
+  kTimesReciprocal = 1,  // RN(amax * RN(1 / 448)): what torch computes for `amax / 448.0` on a GPU
+};
+
+// RN(1 / 448) in fp32 (bits 0x3B124925): the constant torch multiplies by, since eager CUDA turns
+// a Python-scalar divisor into a multiplication by its fp32 reciprocal and Inductor does the same.
+inline constexpr float kE4m3MaxReciprocal = 1.0f / kE4m3Max;
+
+// Dynamic FP8 scale (per token, per 1x128 group): max(amax / 448, kMinFp8Scale), the quotient
+// taken by `rule`; the floor applies after it under both rules (torch's clamp_min of the
+// quotient). The same floor serves both patterns so one helper serves both kernels; an all-zero
+// row or group gets kMinFp8Scale (byte 110 = 2^-17 in UE8M0) and quantizes to zeros like any
+// positive scale would. AITER uses 1.0 for a zero group and FlashInfer's packed UE8M0 path clamps
+// at 1e-10; only groups with amax < 2^-9 see a difference, and for them ours does not use the full
+// e4m3 range. NaN (never an amax of abs_max) gives kMinFp8Scale, +inf gives +inf, under both rules.
 //
-// An amax below 2^-10 is not divided (amax / 448 < 2^-18.8 is under the floor, 2^-17.8): the
-// device's IEEE division leaves its fast path for zero and subnormal numerators (see E4m3Divisor),
-// and all-zero rows and groups are common (padding rows).
-ARF_HD inline float fp8_dynamic_scale(float amax) {
+// An amax below 2^-10 is neither divided nor multiplied: amax / 448 < 2^-18.8, and amax * RN(1/448)
+// rounds to at most 2^-10 * RN(1/448) < 2^-18.8, both under the floor 2^-17.8 (the IEEE operations
+// are monotonic, so a smaller amax cannot give more); the device's IEEE division leaves its fast
+// path for zero and subnormal numerators (see E4m3Divisor), and all-zero rows and groups are
+// common (padding rows). tests/cpu/test_quant_formats.cc checks both rules against the plain
+// formula for every bf16 and fp16 amax.
+ARF_HD inline float fp8_dynamic_scale(float amax, Fp8ScaleRule rule) {
   const bool floored = amax < 0x1p-10f;
-  const float s = div_rn(floored ? 1.0f : amax, kE4m3Max);
+  const float a = floored ? 1.0f : amax;
+  const float s = rule == Fp8ScaleRule::kTimesReciprocal ? mul_rn(a, kE4m3MaxReciprocal)
+                                                         : div_rn(a, kE4m3Max);
   return !floored && s > kMinFp8Scale ? s : kMinFp8Scale;
 }
 
-// UE8M0 variant (DeepGEMM/FlashInfer): the dynamic scale rounded UP to a power of two, so that
-// amax / scale <= 448 still holds. Decode with decode_ue8m0, or store it as that fp32 value.
-ARF_HD inline uint8_t fp8_dynamic_scale_ue8m0(float amax) {
-  return encode_ue8m0_ceil(fp8_dynamic_scale(amax));
+// UE8M0 variant (DeepGEMM/FlashInfer): the rule's dynamic scale rounded UP to a power of two, so
+// that amax / scale <= 448 still holds (tests/cpu/test_quant_formats.cc: every bf16 and fp16 amax,
+// both rules). Decode with decode_ue8m0, or store it as that fp32 value.
+ARF_HD inline uint8_t fp8_dynamic_scale_ue8m0(float amax, Fp8ScaleRule rule) {
+  return encode_ue8m0_ceil(fp8_dynamic_scale(amax, rule));
 }
 
 // One FP8 element: saturate(x / scale). Division, not multiplication by a reciprocal, because the
@@ -307,8 +326,10 @@ ARF_HD inline float e4m3_quotient(float x, const E4m3Divisor& d) {
 // q1 = RN(q0 + RN(x - scale * q0) * r) (two FMAs, no branch), with x's sign put back on q1 (the
 // correction turns x = -0 into +0). tests/cpu/test_quant_formats.cc checks that
 // encode_e4m3(e4m3_dynamic_quotient(x, ...)) == quantize_e4m3(x, scale) for every bf16 and fp16
-// x and every dynamic scale of an amax >= |x| (NaN x included): the quotients themselves are
-// equal wherever they are not far below e4m3's smallest subnormal. An infinite scale (an
+// x and every dynamic scale of an amax >= |x| under EACH Fp8ScaleRule (NaN x included): the
+// quotients themselves are equal wherever they are not far below e4m3's smallest subnormal. The
+// exactness rests on that enumeration of the scales the rules make, not on an argument for any
+// float scale, so a new way of making the scale needs the check extended to it. An infinite scale (an
 // infinite amax) has r = 0 and the remainder's -scale replaced by -0 (inf * 0 would be NaN):
 // q1 is then x * 0, the signed zero x / inf gives, and NaN for infinite x, as inf / inf.
 // Not for per-tensor scales (any float from the caller): no such check covers them.

@@ -57,9 +57,9 @@ void quantize_block(const uint16_t* x, DType dtype, int64_t block, int64_t elem,
   switch (s.kind) {
     case QuantKind::kFp8PerToken:
     case QuantKind::kFp8PerGroup: {
-      float scale = quant::fp8_dynamic_scale(amax);
+      float scale = quant::fp8_dynamic_scale(amax, s.scale_rule);
       if (s.ue8m0) {
-        r->scale_codes[scale_idx] = quant::fp8_dynamic_scale_ue8m0(amax);
+        r->scale_codes[scale_idx] = quant::fp8_dynamic_scale_ue8m0(amax, s.scale_rule);
         scale = quant::decode_ue8m0(r->scale_codes[scale_idx]);
       }
       r->scales[scale_idx] = scale;
@@ -206,6 +206,12 @@ std::string quant_spec_error(const QuantSpec& spec, int64_t hidden) {
   if (hidden <= 0) return "hidden must be positive";
   if (spec.ue8m0 && spec.kind != QuantKind::kFp8PerGroup)
     return "ue8m0 applies to fp8 per-group only";
+  if (spec.scale_rule != quant::Fp8ScaleRule::kDivide &&
+      spec.scale_rule != quant::Fp8ScaleRule::kTimesReciprocal)
+    return "unknown fp8 scale rule";
+  if (spec.scale_rule != quant::Fp8ScaleRule::kDivide && spec.kind != QuantKind::kFp8PerToken &&
+      spec.kind != QuantKind::kFp8PerGroup)
+    return "scale rule times_reciprocal applies to fp8 per-token and per-group only";
   switch (spec.kind) {
     case QuantKind::kFp8PerTensor:
       if (!positive_finite(spec.static_scale))

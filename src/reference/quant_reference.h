@@ -7,7 +7,8 @@
 //   x     = float(norm_bits)                                exact
 //   amax  = max |x| over the row / group / block             exact, order-free; NaN ignored
 //   fp8 per-tensor  q = e4m3(x / scale)                      scale given, division (__fdiv_rn)
-//   fp8 per-token   s = max(amax / 448, 2^-9/448); q = e4m3(x / s)
+//   fp8 per-token   s = max(amax / 448, 2^-9/448); q = e4m3(x / s); amax / 448 by the spec's
+//                   scale_rule: RN(amax / 448) or RN(amax * RN(1/448)) (quant::Fp8ScaleRule)
 //   fp8 per-group   s as per-token over 128 elements; UE8M0: s = 2^ceil(log2(s)); q = e4m3(x / s)
 //                   (for UE8M0, x * 2^-k gives the same bits as x / 2^k: either is fine)
 //   nvfp4 (16)      sf = e4m3((amax / 6) * gs); mult = gs / float(sf), 0 if sf is 0;
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "kernels/kernel_params.h"
+#include "kernels/quant_formats.h"
 #include "kernels/quant_layout.h"
 
 namespace arf::ref {
@@ -41,6 +43,9 @@ struct QuantSpec {
   float static_scale = 1.0f;  // kFp8PerTensor: q = saturate(x / static_scale); > 0, finite
   float global_scale = 1.0f;  // kNvfp4: gs above (typically 448 * 6 / tensor amax); > 0, finite
   bool ue8m0 = false;         // kFp8PerGroup: scales rounded up to powers of two
+  // kFp8PerToken / kFp8PerGroup: how amax / 448 is taken (arfFusedArgs_t::scale_rule); the other
+  // kinds take kDivide only (quant_spec_error).
+  quant::Fp8ScaleRule scale_rule = quant::Fp8ScaleRule::kDivide;
 };
 
 struct QuantResult {

@@ -60,7 +60,7 @@ TEST(Abi, EveryStructFieldOfTheHeaderIsAnswered) {
     }
   }
   EXPECT_EQ(structs, 5);  // arfUniqueId, arfCommConfig_t, arfFusedArgs_t, arfPlan_t, arfPlanFacts_t
-  EXPECT_GE(fields, 57);  // the regex must see them all (57 in API version 4)
+  EXPECT_GE(fields, 58);  // the regex must see them all (57 in API version 4, 58 in 5)
 }
 
 TEST(Abi, EveryEnumConstantOfTheHeaderIsAnsweredWithItsValue) {
@@ -75,7 +75,7 @@ TEST(Abi, EveryEnumConstantOfTheHeaderIsAnsweredWithItsValue) {
       EXPECT_EQ(query((*m)[1]), std::stoll((*m)[2])) << (*m)[1];
     }
   }
-  EXPECT_GE(constants, 38);  // 38 in API version 4
+  EXPECT_GE(constants, 40);  // 38 in API version 4, 40 in 5 (arfFp8ScaleRule_t)
   EXPECT_EQ(query("ARF_API_VERSION"), ARF_API_VERSION);
 }
 
@@ -84,6 +84,12 @@ TEST(Abi, ValuesAreTheCompilersAndUnknownNamesAreRefused) {
   EXPECT_EQ(query("arfFusedArgs_t.eps"), static_cast<int64_t>(offsetof(arfFusedArgs_t, eps)));
   EXPECT_EQ(query("arfFusedArgs_t.norm_rounding"),
             static_cast<int64_t>(offsetof(arfFusedArgs_t, norm_rounding)));
+  EXPECT_EQ(query("arfFusedArgs_t.scale_rule"),
+            static_cast<int64_t>(offsetof(arfFusedArgs_t, scale_rule)));
+  EXPECT_EQ(query("arfFp8ScaleDivide"), 0);
+  EXPECT_EQ(query("arfFp8ScaleTimesReciprocal"), 1);
+  EXPECT_EQ(query("ARF_API_VERSION"), 5);
+  EXPECT_EQ(listed_names().count("arfFusedArgs_t.scale_rule"), 1u);
   EXPECT_EQ(query("arfCommConfig_t.verify_calls"),
             static_cast<int64_t>(offsetof(arfCommConfig_t, verify_calls)));
   EXPECT_EQ(query("arfPlan_t.reason"), static_cast<int64_t>(offsetof(arfPlan_t, reason)));

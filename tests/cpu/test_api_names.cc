@@ -224,6 +224,12 @@ TEST(ConfigVersions, VersionTwoStructsStillWork) {
   arfCommConfig_t wrong = c;
   wrong.version = 2;  // full size claims version 3
   EXPECT_EQ(arf::validate_config(wrong).code(), arfInvalidArgument);
+  // Version 5 changed arfFusedArgs_t only: a version-4 caller's config (same layout) still works.
+  arfCommConfig_t v4 = c;
+  v4.version = 4;
+  EXPECT_TRUE(arf::validate_config(v4).is_ok());
+  v4.version = 6;
+  EXPECT_EQ(arf::validate_config(v4).code(), arfInvalidArgument);
   arfCommConfig_t bad = c;
   bad.programmatic_launch = 2;
   const arf::Status s = arf::validate_config(bad);

@@ -110,6 +110,11 @@ TEST(CallKitArgs, QuantizedPatternsGetTheScalesTheyUse) {
   EXPECT_EQ(a.norm_out, nullptr);
   EXPECT_EQ(a.scale_layout, arfScaleMnMajor);
   EXPECT_EQ(a.scale_format, arfScaleUe8m0AsFp32);
+  EXPECT_EQ(a.scale_rule, arfFp8ScaleDivide);  // the default
+  spec.scale_rule = arfFp8ScaleTimesReciprocal;
+  a = fused_args(spec, arfBFloat16, t);
+  EXPECT_EQ(a.scale_rule, arfFp8ScaleTimesReciprocal);
+  EXPECT_NE(spec.label().find("scale_rule times_reciprocal"), std::string::npos);
 
   spec = CallSpec{};
   spec.pattern = arfPatternResidualRmsNormNvfp4;

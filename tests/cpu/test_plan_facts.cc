@@ -73,6 +73,21 @@ TEST(PlanFromFacts, ValidatesTheShapeAndTheFacts) {
   f.world_size = 3;
   EXPECT_EQ(arfPlanFromFacts(&f, &a, &plan), arfInvalidArgument);
   f.world_size = 2;
+  // Version 5 kept arfPlanFacts_t as version 4 declared it: a version-4 caller's facts still plan.
+  f.version = 4;
+  ASSERT_EQ(arfPlanFromFacts(&f, &a, &plan), arfSuccess) << arfGetLastErrorString();
+  f.version = 3;
+  EXPECT_EQ(arfPlanFromFacts(&f, &a, &plan), arfInvalidArgument);
+  f.version = ARF_API_VERSION + 1;
+  EXPECT_EQ(arfPlanFromFacts(&f, &a, &plan), arfInvalidArgument);
+  f.version = ARF_API_VERSION;
+  // The scale rule is validated without tensors too.
+  a.scale_rule = arfFp8ScaleTimesReciprocal;
+  ASSERT_EQ(arfPlanFromFacts(&f, &a, &plan), arfSuccess) << arfGetLastErrorString();
+  a.pattern = arfPatternResidualRmsNorm;
+  EXPECT_EQ(arfPlanFromFacts(&f, &a, &plan), arfInvalidArgument);
+  EXPECT_NE(std::string(arfGetLastErrorString()).find("scale_rule"), std::string::npos);
+  a.pattern = arfPatternResidualRmsNormFp8PerGroup;
   f.struct_size = 8;
   EXPECT_EQ(arfPlanFromFacts(&f, &a, &plan), arfInvalidArgument);
   EXPECT_EQ(arfPlanFromFacts(nullptr, &a, &plan), arfInvalidArgument);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -26,6 +27,13 @@ constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 
 float up(float x) { return std::nextafter(x, kInf); }
 float down(float x) { return std::nextafter(x, -kInf); }
+
+// The default rule's dynamic scales (arfFp8ScaleDivide), which most tests here use;
+// test_fp8_scale_rule.cc tests the rules themselves.
+float divide_scale(float amax) { return fp8_dynamic_scale(amax, Fp8ScaleRule::kDivide); }
+uint8_t divide_scale_ue8m0(float amax) {
+  return fp8_dynamic_scale_ue8m0(amax, Fp8ScaleRule::kDivide);
+}
 
 uint64_t splitmix64(uint64_t* state) {
   uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -275,30 +283,30 @@ TEST(ScaleRules, MinFp8ScaleIsTwoToMinusNineOver448) {
 }
 
 TEST(ScaleRules, Fp8DynamicScale) {
-  EXPECT_EQ(fp8_dynamic_scale(448.0f), 1.0f);
-  EXPECT_EQ(fp8_dynamic_scale(3.5f), 0x1p-7f);
-  EXPECT_EQ(fp8_dynamic_scale(0.0f), kMinFp8Scale);
-  EXPECT_EQ(fp8_dynamic_scale(0x1p-9f), kMinFp8Scale);
-  EXPECT_EQ(fp8_dynamic_scale(0x1p-20f), kMinFp8Scale);
-  EXPECT_EQ(fp8_dynamic_scale(up(0x1p-9f)), up(kMinFp8Scale));  // the first value above the floor
-  EXPECT_EQ(fp8_dynamic_scale(kInf), kInf);
+  EXPECT_EQ(divide_scale(448.0f), 1.0f);
+  EXPECT_EQ(divide_scale(3.5f), 0x1p-7f);
+  EXPECT_EQ(divide_scale(0.0f), kMinFp8Scale);
+  EXPECT_EQ(divide_scale(0x1p-9f), kMinFp8Scale);
+  EXPECT_EQ(divide_scale(0x1p-20f), kMinFp8Scale);
+  EXPECT_EQ(divide_scale(up(0x1p-9f)), up(kMinFp8Scale));  // the first value above the floor
+  EXPECT_EQ(divide_scale(kInf), kInf);
   // Correctly rounded amax / 448 (float division via double is exact here: 53 >= 2 * 24 + 2).
   for (const float amax : {1.0f, 3.0f, 0.1f, 65504.0f, 3e-3f, 12345.678f}) {
-    EXPECT_EQ(fp8_dynamic_scale(amax), static_cast<float>(static_cast<double>(amax) / 448.0))
+    EXPECT_EQ(divide_scale(amax), static_cast<float>(static_cast<double>(amax) / 448.0))
         << amax;
   }
 }
 
 TEST(ScaleRules, Fp8DynamicScaleUe8m0RoundsUp) {
-  EXPECT_EQ(fp8_dynamic_scale_ue8m0(448.0f), 127);
-  EXPECT_EQ(fp8_dynamic_scale_ue8m0(up(448.0f)), 128);
-  EXPECT_EQ(fp8_dynamic_scale_ue8m0(224.0f), 126);
-  EXPECT_EQ(fp8_dynamic_scale_ue8m0(3.5f), 120);  // exactly 2^-7
-  EXPECT_EQ(fp8_dynamic_scale_ue8m0(4.0f), 121);  // 2^-6.8 rounds up to 2^-6
-  EXPECT_EQ(fp8_dynamic_scale_ue8m0(0.0f), 110);  // the floor 2^-17.8 rounds up to 2^-17
+  EXPECT_EQ(divide_scale_ue8m0(448.0f), 127);
+  EXPECT_EQ(divide_scale_ue8m0(up(448.0f)), 128);
+  EXPECT_EQ(divide_scale_ue8m0(224.0f), 126);
+  EXPECT_EQ(divide_scale_ue8m0(3.5f), 120);  // exactly 2^-7
+  EXPECT_EQ(divide_scale_ue8m0(4.0f), 121);  // 2^-6.8 rounds up to 2^-6
+  EXPECT_EQ(divide_scale_ue8m0(0.0f), 110);  // the floor 2^-17.8 rounds up to 2^-17
   // amax / scale never exceeds 448 once the scale is rounded up.
   for (const float amax : {1.0f, 3.0f, 0.1f, 65504.0f, 1e-3f, 12345.678f, up(448.0f)}) {
-    EXPECT_LE(amax / decode_ue8m0(fp8_dynamic_scale_ue8m0(amax)), 448.0f) << amax;
+    EXPECT_LE(amax / decode_ue8m0(divide_scale_ue8m0(amax)), 448.0f) << amax;
   }
 }
 
@@ -324,6 +332,19 @@ std::vector<float> every_16_bit_value() {
   return values;
 }
 
+// The dynamic scales of every 61st value of xs as an amax, under each Fp8ScaleRule (the
+// times-reciprocal scale only where it differs from the divide rule's).
+std::vector<float> every_61st_dynamic_scale(const std::vector<float>& xs) {
+  std::vector<float> scales;
+  for (size_t i = 0; i < xs.size(); i += 61) {
+    const float amax = std::fabs(xs[i]);
+    scales.push_back(divide_scale(amax));
+    const float times = fp8_dynamic_scale(amax, Fp8ScaleRule::kTimesReciprocal);
+    if (float_to_bits(times) != float_to_bits(scales.back())) scales.push_back(times);
+  }
+  return scales;
+}
+
 // The kernels' forms of the scale rules skip dividing zeros and tiny values (the device division's
 // slow path); each must give the bits of the plain rule for every input.
 TEST(ScaleRules, Fp8DynamicScaleEqualsTheFlooredQuotient) {
@@ -333,7 +354,7 @@ TEST(ScaleRules, Fp8DynamicScaleEqualsTheFlooredQuotient) {
   };
   int64_t mismatches = 0;
   const auto check = [&](float amax) {
-    if (float_to_bits(fp8_dynamic_scale(amax)) != float_to_bits(plain(amax)) && ++mismatches < 5) {
+    if (float_to_bits(divide_scale(amax)) != float_to_bits(plain(amax)) && ++mismatches < 5) {
       ADD_FAILURE() << "amax " << amax << " (bits 0x" << std::hex << float_to_bits(amax) << ")";
     }
   };
@@ -348,10 +369,9 @@ TEST(ScaleRules, Fp8DynamicScaleEqualsTheFlooredQuotient) {
 
 TEST(ScaleRules, E4m3DivisorGivesTheCodesOfTheDivision) {
   const std::vector<float> xs = every_16_bit_value();
-  // Dynamic scales (every 61st bf16 / fp16 amax), their edges, and per-tensor scales a caller
-  // may pass (any float: subnormal, zero, negative, infinite, NaN).
-  std::vector<float> scales;
-  for (size_t i = 0; i < xs.size(); i += 61) scales.push_back(fp8_dynamic_scale(std::fabs(xs[i])));
+  // Dynamic scales of both rules (every 61st bf16 / fp16 amax), their edges, and per-tensor
+  // scales a caller may pass (any float: subnormal, zero, negative, infinite, NaN).
+  std::vector<float> scales = every_61st_dynamic_scale(xs);
   for (const float s : {kMinFp8Scale, up(kMinFp8Scale), 1.0f, 0x1p-7f, 448.0f, 0.0123f, 3.0e5f,
                         0x1p-126f, up(0x1p-126f), down(0x1p-126f), 0x1p-149f, 0x1p+120f,
                         std::numeric_limits<float>::max(), 0.0f, -0.0f, -1.0f, kInf, kNan}) {
@@ -379,8 +399,7 @@ TEST(ScaleRules, E4m3DivisorGivesTheCodesOfTheDivision) {
 // quantize_e4m3's code on the same domain as the divisor itself.
 TEST(ScaleRules, E4m3QuotientEncodesToTheDivisorsCode) {
   const std::vector<float> xs = every_16_bit_value();
-  std::vector<float> scales;
-  for (size_t i = 0; i < xs.size(); i += 61) scales.push_back(fp8_dynamic_scale(std::fabs(xs[i])));
+  std::vector<float> scales = every_61st_dynamic_scale(xs);
   for (const float s : {kMinFp8Scale, 1.0f, 448.0f, 0.0123f, 3.0e5f, 0x1p-126f, down(0x1p-126f),
                         0x1p-149f, std::numeric_limits<float>::max(), 0.0f, -0.0f, -1.0f, kInf,
                         kNan}) {
@@ -414,12 +433,17 @@ TEST(E4m3, PairedEncodingIsTwoEncodings) {
 
 // Per-row reciprocal + Markstein's correction (E4m3Reciprocal) instead of x / scale for the
 // dynamic scales: for each activation dtype, every amax (every non-NaN magnitude of the dtype,
-// +inf included) gives a scale, and every x of the dtype with |x| <= amax, or NaN, must get
-// quantize_e4m3(x, scale)'s code. Exhaustive: ~1.9e9 pairs. Only quotients far below e4m3's
-// smallest subnormal may differ (they round to the same signed zero), and the control without
-// the correction differs in codes.
-TEST(ScaleRules, E4m3ReciprocalGivesTheCodesOfTheDivision) {
+// +inf included) gives a scale under the rule, and every x of the dtype with |x| <= amax, or NaN,
+// must get quantize_e4m3(x, scale)'s code. Exhaustive: ~1.9e9 pairs per rule. Only quotients far
+// below e4m3's smallest subnormal may differ (they round to the same signed zero), and the control
+// without the correction differs in codes. Run for each Fp8ScaleRule: the exactness is this
+// enumeration of the scales a rule makes (quant_formats.h), so each rule needs its own.
+class E4m3ReciprocalByRule : public ::testing::TestWithParam<Fp8ScaleRule> {};
+
+TEST_P(E4m3ReciprocalByRule, GivesTheCodesOfTheDivision) {
+  const Fp8ScaleRule rule = GetParam();
   int64_t pairs = 0, code_mismatches = 0, quotient_mismatches = 0, uncorrected_mismatches = 0;
+  int64_t scales_of_other_rule = 0;
   for (const bool fp16 : {false, true}) {
     std::vector<float> values, nans, magnitudes;
     for (uint32_t b = 0; b < (1u << 16); ++b) {
@@ -432,7 +456,10 @@ TEST(ScaleRules, E4m3ReciprocalGivesTheCodesOfTheDivision) {
     // Each distinct scale with the largest amax that gives it (smaller amaxes bound fewer x).
     std::vector<std::pair<float, float>> scale_amax;
     for (const float a : magnitudes) {
-      const float s = fp8_dynamic_scale(a);
+      const float s = fp8_dynamic_scale(a, rule);
+      const Fp8ScaleRule other =
+          rule == Fp8ScaleRule::kDivide ? Fp8ScaleRule::kTimesReciprocal : Fp8ScaleRule::kDivide;
+      scales_of_other_rule += float_to_bits(fp8_dynamic_scale(a, other)) != float_to_bits(s);
       if (!scale_amax.empty() && float_to_bits(scale_amax.back().first) == float_to_bits(s)) {
         scale_amax.back().second = a;
       } else {
@@ -473,6 +500,18 @@ TEST(ScaleRules, E4m3ReciprocalGivesTheCodesOfTheDivision) {
   EXPECT_GT(pairs, int64_t{1'800'000'000});
   EXPECT_LT(quotient_mismatches, pairs / 1000);  // the tiny-quotient region only
   EXPECT_GT(uncorrected_mismatches, 0);          // the correction is what makes it exact
+  EXPECT_GT(scales_of_other_rule, 10'000);       // the rules' scale sets differ: both are needed
+}
+
+INSTANTIATE_TEST_SUITE_P(ScaleRules, E4m3ReciprocalByRule,
+                         ::testing::Values(Fp8ScaleRule::kDivide, Fp8ScaleRule::kTimesReciprocal),
+                         [](const ::testing::TestParamInfo<Fp8ScaleRule>& info) {
+                           return std::string(info.param == Fp8ScaleRule::kDivide
+                                                  ? "divide"
+                                                  : "times_reciprocal");
+                         });
+
+TEST(ScaleRules, E4m3ReciprocalOfAnInfiniteScale) {
   // The infinite scale of an infinite amax: x / inf is a signed zero, inf / inf NaN.
   const E4m3Reciprocal inf = e4m3_reciprocal(kInf);
   EXPECT_EQ(encode_e4m3(e4m3_dynamic_quotient(-3.0f, inf)), 0x80);

@@ -400,7 +400,7 @@ TEST_F(QuantValidate, VersionTwoAndThreeCallers) {
   args_.struct_size = sizeof(arfFusedArgs_t);
   args_.version = 3;
   expect_error("args->version 3 does not match args->struct_size");
-  args_.version = 4;
+  args_.version = ARF_API_VERSION;
   expect_error("norm_rounding 7 is not a valid arfNormRounding_t");
   args_.norm_rounding = arfNormRoundBeforeWeight;
   expect_ok();
@@ -412,6 +412,101 @@ TEST_F(QuantValidate, VersionTwoAndThreeCallers) {
   const arfFusedArgs_t up = upgrade_fused_args(reinterpret_cast<const arfFusedArgs_t*>(v2.data()));
   EXPECT_EQ(up.norm_rounding, arfNormRoundOnce);
   EXPECT_EQ(up.fallback, args_.fallback);
+}
+
+// A version 4 caller: its struct ends at norm_rounding, which it has; scale_rule (version 5)
+// reads as arfFp8ScaleDivide whatever lies past it. Version 4 with the full size, and version 5
+// with version 4's size, are refused.
+TEST_F(QuantValidate, VersionFourCallers) {
+  EXPECT_EQ(kFusedArgsV4Bytes,
+            offsetof(arfFusedArgs_t, norm_rounding) + sizeof(arfNormRounding_t));
+  EXPECT_GT(sizeof(arfFusedArgs_t), kFusedArgsV4Bytes);
+  args_.struct_size = kFusedArgsV4Bytes;
+  args_.version = 4;
+  args_.norm_rounding = arfNormRoundBeforeWeight;
+  args_.scale_rule = static_cast<arfFp8ScaleRule_t>(9);  // beyond the v4 struct: ignored
+  for (const arfPattern_t p : kQuantPatterns) {
+    args_.pattern = p;
+    expect_ok();
+  }
+  args_.pattern = arfPatternResidualRmsNormFp8PerToken;
+  args_.norm_rounding = static_cast<arfNormRounding_t>(7);  // inside the v4 struct: checked
+  expect_error("norm_rounding 7 is not a valid arfNormRounding_t");
+  args_.norm_rounding = arfNormRoundOnce;
+  args_.version = 5;
+  expect_error("args->version 5 does not match args->struct_size");
+  args_.struct_size = sizeof(arfFusedArgs_t);
+  args_.version = 4;
+  expect_error("args->version 4 does not match args->struct_size");
+  args_.version = 5;
+  expect_error("scale_rule 9 is not a valid arfFp8ScaleRule_t");
+
+  // The upgrade reads exactly the caller's bytes and fills in the default.
+  args_.struct_size = kFusedArgsV4Bytes;
+  args_.version = 4;
+  args_.norm_rounding = arfNormRoundBeforeWeight;
+  std::vector<unsigned char> v4(kFusedArgsV4Bytes);
+  std::memcpy(v4.data(), &args_, kFusedArgsV4Bytes);
+  const arfFusedArgs_t up = upgrade_fused_args(reinterpret_cast<const arfFusedArgs_t*>(v4.data()));
+  EXPECT_EQ(up.scale_rule, arfFp8ScaleDivide);
+  EXPECT_EQ(up.norm_rounding, arfNormRoundBeforeWeight);
+  EXPECT_EQ(up.struct_size, kFusedArgsV4Bytes);
+  arfFusedArgs_t init;
+  arfFusedArgsInit(&init);
+  EXPECT_EQ(init.scale_rule, arfFp8ScaleDivide);
+  EXPECT_EQ(init.version, 5u);
+  EXPECT_EQ(init.struct_size, sizeof(arfFusedArgs_t));
+}
+
+// scale_rule: either rule for fp8 per-token and per-group (every layout and format), the divide
+// rule only for every other pattern, values outside the enum nowhere; checked by the shape-only
+// validation (arfPlanShape) as well, and for empty calls.
+TEST_F(QuantValidate, ScaleRule) {
+  const arfPattern_t plain[] = {arfPatternAllReduce, arfPatternResidualRmsNorm,
+                                arfPatternResidualRmsNormFp8PerTensor,
+                                arfPatternResidualRmsNormNvfp4, arfPatternResidualRmsNormMxfp4};
+  args_.scale_rule = arfFp8ScaleTimesReciprocal;
+  args_.pattern = arfPatternResidualRmsNormFp8PerToken;
+  expect_ok();
+  args_.pattern = arfPatternResidualRmsNormFp8PerGroup;
+  for (const arfScaleLayout_t layout : {arfScaleRowMajor, arfScaleMnMajor}) {
+    for (const arfScaleFormat_t format :
+         {arfScaleFp32, arfScaleUe8m0AsFp32, arfScaleUe8m0Packed}) {
+      args_.scale_layout = layout;
+      args_.scale_format = format;
+      expect_ok();
+    }
+  }
+  args_.scale_layout = arfScaleRowMajor;
+  args_.scale_format = arfScaleFp32;
+  for (const arfPattern_t p : plain) {
+    args_.pattern = p;
+    if (p == arfPatternAllReduce) args_.allreduce_out = addr(kNormOut);
+    args_.scale_rule = arfFp8ScaleTimesReciprocal;
+    expect_error(std::string("scale_rule arfFp8ScaleTimesReciprocal applies to fp8 per-token and "
+                             "per-group only (their dynamic scales), not to pattern ") +
+                 arfPatternName(p));
+    EXPECT_EQ(validate_shape(args_, facts_).code(), arfInvalidArgument);
+    args_.scale_rule = arfFp8ScaleDivide;
+    expect_ok();
+  }
+  for (const int bad : {2, -1, 1 << 20}) {
+    for (const arfPattern_t p : {arfPatternResidualRmsNorm, arfPatternResidualRmsNormFp8PerToken}) {
+      args_.pattern = p;
+      std::memcpy(&args_.scale_rule, &bad, sizeof(bad));  // any int a C caller may store
+      expect_error("scale_rule " + std::to_string(bad) + " is not a valid arfFp8ScaleRule_t");
+      EXPECT_EQ(validate_shape(args_, facts_).code(), arfInvalidArgument);
+    }
+  }
+  args_.num_tokens = 0;  // an empty call is still checked
+  expect_error("is not a valid arfFp8ScaleRule_t");
+  args_.scale_rule = arfFp8ScaleTimesReciprocal;
+  args_.pattern = arfPatternResidualRmsNormFp8PerGroup;
+  expect_ok();
+  EXPECT_TRUE(quant_has_dynamic_fp8_scale(Pattern::kFp8PerToken));
+  EXPECT_TRUE(quant_has_dynamic_fp8_scale(Pattern::kFp8PerGroup));
+  EXPECT_FALSE(quant_has_dynamic_fp8_scale(Pattern::kFp8PerTensor));
+  EXPECT_FALSE(quant_has_dynamic_fp8_scale(Pattern::kNvfp4));
 }
 
 TEST_F(QuantValidate, ResidualInMayBeNull) {

@@ -30,6 +30,7 @@ ref::QuantSpec ref_spec(const QuantCallSpec& s) {
   spec.static_scale = s.static_scale;
   spec.global_scale = kGlobalScale;
   spec.ue8m0 = s.pattern == arfPatternResidualRmsNormFp8PerGroup && s.scale_format != arfScaleFp32;
+  spec.scale_rule = static_cast<quant::Fp8ScaleRule>(s.scale_rule);
   return spec;
 }
 

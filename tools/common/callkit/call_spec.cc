@@ -42,6 +42,7 @@ std::string CallSpec::label() const {
   if (quantized()) {
     os << " layout " << static_cast<int>(scale_layout) << " format "
        << static_cast<int>(scale_format) << (norm_side_output ? " +norm_out" : "");
+    if (scale_rule == arfFp8ScaleTimesReciprocal) os << " scale_rule times_reciprocal";
     if (pattern == arfPatternResidualRmsNormFp8PerTensor && static_scale != kStaticScale) {
       os << " scale " << static_scale;
     }
@@ -78,6 +79,7 @@ arfFusedArgs_t fused_args(const CallSpec& spec, arfDataType_t dtype, const CallT
   a.scale_in = spec.reads_scale_in() ? t.scale_in : nullptr;
   a.scale_layout = spec.scale_layout;
   a.scale_format = spec.scale_format;
+  a.scale_rule = spec.scale_rule;
   a.fallback = spec.fallback;
   return a;
 }

@@ -49,6 +49,7 @@ struct CallSpec {
   arfFallbackLevel_t fallback = arfFallbackAuto;
   arfScaleLayout_t scale_layout = arfScaleRowMajor;
   arfScaleFormat_t scale_format = arfScaleFp32;
+  arfFp8ScaleRule_t scale_rule = arfFp8ScaleDivide;  // FP8 per-token / per-group
   bool norm_side_output = true;       // pass norm_out (the dtype side output), else NULL
   float static_scale = kStaticScale;  // scale_in of FP8 per-tensor calls
 
