@@ -27,6 +27,7 @@ from ._lib import (  # noqa: F401  (public re-exports)
     ArfError,
     DataType,
     FallbackLevel,
+    Fp8ScaleRule,
     NormRounding,
     Pattern,
     ScaleFormat,
@@ -44,7 +45,7 @@ from ._lib import (  # noqa: F401  (public re-exports)
 __version__ = "0.1.0"
 __all__ = [
     "ARF_API_VERSION", "ARF_MAX_RANKS", "UINT64_MAX", "Algorithm", "ArfError", "Comm", "DataType",
-    "FallbackLevel", "NormRounding", "Pattern", "Plan", "ScaleFormat", "ScaleLayout", "Status",
+    "FallbackLevel", "Fp8ScaleRule", "NormRounding", "Pattern", "Plan", "ScaleFormat", "ScaleLayout", "Status",
     "Transport", "abi_names", "abi_query", "algorithm_from_name", "algorithm_name", "comm_config",
     "fused_args", "library_path", "new_unique_id_string", "pattern_name", "plan_facts",
     "plan_from_facts", "scale_buffer_bytes", "status_name", "status_string", "unique_id",

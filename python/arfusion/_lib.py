@@ -19,7 +19,7 @@ import os
 import pathlib
 import threading
 
-ARF_API_VERSION = 4
+ARF_API_VERSION = 5
 ARF_MAX_RANKS = 8
 ARF_UNIQUE_ID_STRING_BYTES = 33
 
@@ -82,6 +82,11 @@ class NormRounding(enum.IntEnum):
     RoundBeforeWeight = 1
 
 
+class Fp8ScaleRule(enum.IntEnum):
+    Divide = 0
+    TimesReciprocal = 1
+
+
 class Algorithm(enum.IntEnum):
     Auto = 0
     OneshotLamport = 1
@@ -101,6 +106,7 @@ _ENUM_PREFIX = {
     ScaleFormat: "arfScale",
     FallbackLevel: "arfFallback",
     NormRounding: "arfNorm",
+    Fp8ScaleRule: "arfFp8Scale",
     Algorithm: "arfAlgo",
 }
 
@@ -171,6 +177,7 @@ class arfFusedArgs_t(ctypes.Structure):
         ("scale_format", _enum_t),
         ("fallback", _enum_t),
         ("norm_rounding", _enum_t),
+        ("scale_rule", _enum_t),
     ]
 
 

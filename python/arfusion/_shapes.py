@@ -17,6 +17,9 @@ QUANT_PATTERNS = {
 SCALE_LAYOUTS = {"row_major": 0, "mn_major": 1, "swizzled_128x4": 2}
 SCALE_FORMATS = {"fp32": 0, "ue8m0_as_fp32": 1, "ue8m0_packed": 2}
 NORM_ROUNDINGS = {"once": 0, "before_weight": 1}
+# arfFp8ScaleRule_t: how fp8_per_token / fp8_per_group take amax / 448 ("divide": IEEE, the
+# default; "times_reciprocal": amax * fp32(1/448), what torch computes for `amax / 448.0` on a GPU).
+SCALE_RULES = {"divide": 0, "times_reciprocal": 1}
 QUANT_BLOCK = {"fp8_per_group": 128, "nvfp4": 16, "mxfp4": 32}
 ELEMENT_BYTES = {"float8_e4m3fn": 1, "uint8": 1, "float32": 4}
 
@@ -43,6 +46,10 @@ def scale_format_value(name: str) -> int:
 
 def norm_rounding_value(name: str) -> int:
     return choice(NORM_ROUNDINGS, name, "norm_rounding")
+
+
+def scale_rule_value(name: str) -> int:
+    return choice(SCALE_RULES, name, "scale_rule")
 
 
 def _ceil_div(a, b):

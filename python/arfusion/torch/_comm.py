@@ -302,7 +302,7 @@ class Communicator:
                    gamma_dtype: torch.dtype | None = None, gamma_plus_one: bool = False,
                    eps: float = 1e-6, norm_rounding: int = 0, algorithm: int = 0,
                    scale_layout: int = 0, scale_format: int = 0,
-                   fallback: int = 0) -> _arf.arfFusedArgs_t:
+                   fallback: int = 0, scale_rule: int = 0) -> _arf.arfFusedArgs_t:
         """An arfFusedArgs_t describing a call's shape (no pointers), for plans."""
         gdt = TORCH_TO_ARF_DTYPE[gamma_dtype] if gamma_dtype is not None else self._arf_dtype
         return _arf.fused_args(pattern=int(pattern), algorithm=int(algorithm),
@@ -310,13 +310,15 @@ class Communicator:
                                hidden=int(hidden), gamma_dtype=int(gdt),
                                gamma_plus_one=int(bool(gamma_plus_one)), eps=float(eps),
                                scale_layout=int(scale_layout), scale_format=int(scale_format),
-                               fallback=int(fallback), norm_rounding=int(norm_rounding))
+                               fallback=int(fallback), norm_rounding=int(norm_rounding),
+                               scale_rule=int(scale_rule))
 
     def plan(self, num_tokens: int, hidden: int, *, quant: str | None = None,
              gamma_dtype: torch.dtype | None = None, gamma_plus_one: bool = False,
              norm_rounding: str = "once", algorithm: str = "auto",
              scale_layout: str = "row_major", scale_format: str = "fp32",
-             fallback: int = 0, allreduce: bool = False) -> _arf.Plan:
+             fallback: int = 0, allreduce: bool = False,
+             scale_rule: str = "divide") -> _arf.Plan:
         """arfPlanShape for a call of this shape: which algorithm, grid and kernels it would run
         (identical on every rank). Raises ArfError where the call would be refused."""
         from . import ops as _ops  # the string vocabularies live with the ops
@@ -328,7 +330,7 @@ class Communicator:
                                algorithm=_ops.algorithm_value(algorithm),
                                scale_layout=_ops.scale_layout_value(scale_layout),
                                scale_format=_ops.scale_format_value(scale_format),
-                               fallback=fallback)
+                               fallback=fallback, scale_rule=_ops.scale_rule_value(scale_rule))
         return self._comm.plan_shape(args)
 
     def plan_shape(self, args: _arf.arfFusedArgs_t) -> _arf.Plan:
@@ -389,12 +391,14 @@ class Communicator:
                                  scale=None, scale_layout: str = "row_major",
                                  scale_format: str = "fp32", with_norm: bool = False,
                                  gamma_plus_one: bool = False, norm_rounding: str = "once",
-                                 algorithm: str = "auto", fallback: int = 0):
+                                 algorithm: str = "auto", fallback: int = 0,
+                                 scale_rule: str = "divide"):
         """Returns (quant_out, scale_out, residual_out, norm_out); see
-        arfusion.torch.ops.fused_add_rms_norm_quant."""
+        arfusion.torch.ops.fused_add_rms_norm_quant (scale_rule "times_reciprocal": the dynamic
+        FP8 scales torch itself computes on a GPU)."""
         return torch.ops.arfusion.fused_add_rms_norm_quant(
             input, residual, weight, scale, eps, self.name, quant, scale_layout, scale_format,
-            with_norm, gamma_plus_one, norm_rounding, algorithm, fallback)
+            with_norm, gamma_plus_one, norm_rounding, algorithm, fallback, scale_rule)
 
     def all_reduce(self, input):
         return torch.ops.arfusion.all_reduce(input, self.name)

@@ -72,14 +72,16 @@ def _all_reduce_source(n, comms, group_map: dict):
 
 
 def _check_plan(comm, pattern, hidden, rows, weight_dtype, norm, algorithm: str,
-                assume_max_tokens: bool):
-    """_NoMatch unless arfPlanShape accepts the call at its row count; a symbolic count at both
-    ends of its range (the upper end comm.max_tokens only under assume_max_tokens)."""
+                assume_max_tokens: bool, scale_rule: str = "divide"):
+    """_NoMatch unless arfPlanShape accepts the call (with the scale rule the fused op will get)
+    at its row count; a symbolic count at both ends of its range (the upper end comm.max_tokens
+    only under assume_max_tokens)."""
     def plan_at(t):
         args = comm.shape_args(int(pattern), hidden, int(t), gamma_dtype=weight_dtype,
                                gamma_plus_one=norm.gamma_plus_one, eps=norm.eps,
                                norm_rounding=_ops.norm_rounding_value(norm.rounding),
-                               algorithm=_ops.algorithm_value(algorithm))
+                               algorithm=_ops.algorithm_value(algorithm),
+                               scale_rule=_ops.scale_rule_value(scale_rule))
         try:
             return comm.plan_shape(args)
         except ArfError as e:

@@ -286,6 +286,15 @@ def _match_norm(y, hidden, act_dtype) -> _Norm:
 # ---- FP8 tails -----------------------------------------------------------------------------------
 
 
+# The scale rule of the dynamic tails this module matches. Their scale is amax / 448.0 with a
+# Python-number divisor (_match_dynamic_fp8), which torch evaluates on a GPU as amax * fp32(1/448),
+# eager CUDA (a CPU-scalar divisor becomes a multiplication by its fp32 reciprocal) and Inductor
+# alike (measured on every scale: bench/results/2026-12-01-torch-integration-a5b8136/
+# probe_fp8_scale_rounding.json); arfFp8ScaleTimesReciprocal gives those bits, so fusing the tail
+# does not change them. Static per-tensor tails have no computed scale: the default rule.
+_DYNAMIC_SCALE_RULE = "times_reciprocal"
+
+
 @dataclasses.dataclass
 class _Quant:
     kind: str                     # fp8_per_tensor | fp8_per_token | fp8_per_group
@@ -293,6 +302,7 @@ class _Quant:
     scale_out: fx.Node | None     # the computed scale the graph uses (dynamic kinds)
     scale_in: fx.Node | None      # static scale input
     internal: set                 # nodes of the tail (its intermediates)
+    scale_rule: str = "divide"    # the fused op's scale_rule: _DYNAMIC_SCALE_RULE for dynamic kinds
 
 
 def _is_clamp_fp8(c) -> bool:
@@ -339,7 +349,9 @@ def _scale_floor_node(sc):
 
 
 def _match_dynamic_fp8(o32, grouped: bool, hidden: int):
-    """From the fp32 norm value (or its [T, H/128, 128] view): the per-token / per-group tail."""
+    """From the fp32 norm value (or its [T, H/128, 128] view): the per-token / per-group tail.
+    Its scale divides by the Python number 448, whose GPU arithmetic _DYNAMIC_SCALE_RULE states (a
+    tensor divisor is not matched: how torch divides by one depends on where it lives)."""
     ndim = len(_shape(o32))
     for a in o32.users:
         if not _is_call(a, *_ABS):
@@ -391,7 +403,7 @@ def _match_quant(norm_out: fx.Node, hidden: int, rows_shape) -> _Quant:
         hit = _match_dynamic_fp8(o32, False, hidden)
         if hit is not None:
             q, sc, internal = hit
-            return _Quant("fp8_per_token", q, sc, None, internal | {o32})
+            return _Quant("fp8_per_token", q, sc, None, internal | {o32}, _DYNAMIC_SCALE_RULE)
         # static per-tensor: a one-element fp32 divisor that does not come from the norm
         for d in o32.users:
             if _is_call(d, *_DIV) and d.args[0] is o32 and isinstance(d.args[1], fx.Node):
@@ -413,7 +425,8 @@ def _match_quant(norm_out: fx.Node, hidden: int, rows_shape) -> _Quant:
                     qv = [u for u in q3.users if _is_call(u, *_VIEW)]
                     q = qv[0] if len(qv) == 1 and len(q3.users) == 1 else q3
                     return _Quant("fp8_per_group", q, sc, None,
-                                  internal | {o32, v} | ({q3} if q is not q3 else set()))
+                                  internal | {o32, v} | ({q3} if q is not q3 else set()),
+                                  _DYNAMIC_SCALE_RULE)
     for v in views:  # view of the activation-dtype norm, then convert
         if _shape(v) is not None and _shape(v)[-2:] == (hidden // 128, 128):
             for o32 in v.users:
@@ -424,7 +437,8 @@ def _match_quant(norm_out: fx.Node, hidden: int, rows_shape) -> _Quant:
                         qv = [u for u in q3.users if _is_call(u, *_VIEW)]
                         q = qv[0] if len(qv) == 1 and len(q3.users) == 1 else q3
                         return _Quant("fp8_per_group", q, sc, None,
-                                      internal | {o32, v} | ({q3} if q is not q3 else set()))
+                                      internal | {o32, v} | ({q3} if q is not q3 else set()),
+                                      _DYNAMIC_SCALE_RULE)
     raise _NoMatch("no FP8 tail in arfusion's form")
 
 

@@ -46,9 +46,11 @@ def _insert_fused(graph, x, xv, act, hidden, residual, y, norm, quant, comm,
         else:
             with_norm = bool(set(norm.out.users) - quant.internal)
             target = _ops.op("fused_add_rms_norm_quant")
+            # scale_rule: the dynamic tails' torch arithmetic (_match._DYNAMIC_SCALE_RULE), so
+            # the fused scales are the bits the replaced nodes computed
             fargs = (x, residual, weight_arg, quant.scale_in, norm.eps, comm.name, quant.kind,
                      "row_major", "fp32", with_norm, norm.gamma_plus_one, norm.rounding,
-                     algorithm, 0)
+                     algorithm, 0, quant.scale_rule)
         fused = graph.call_function(target, fargs)
         _set_fake_val(fused, target, fargs)
         getters = []

@@ -28,12 +28,16 @@ not one fixed pattern, so small variations still match):
                 convert (no weight)               (a ones weight, "once")
   FP8 tails   after the norm, in plain torch: static per-tensor (x.float() / scale).clamp(-448, 448)
               .to(float8_e4m3fn); per-token and per-group 1x128 with scale = clamp_min(amax / 448,
-              1 / (448 * 512)) (arfusion's contract exactly; anything else is left unfused and
-              reported). Two differences from what Inductor would compute unfused, by design:
-              torch on a GPU evaluates amax / 448.0 as amax * fp32(1/448), arfusion divides
-              (IEEE): about 40% of the scales differ by 1 ulp, rarely a q byte; and when only the
-              tail reads the rounded norm Inductor folds its round trip through bf16 and quantizes
-              the unrounded fp32 value, which arfusion does not do: that form is left unfused
+              1 / (448 * 512)) and q = (x / scale).clamp(-448, 448).to(float8_e4m3fn) (anything
+              else is left unfused and reported). torch on a GPU evaluates `amax / 448.0` (a
+              Python-number divisor) as amax * fp32(1/448), eager and Inductor alike, which
+              differs from the IEEE quotient in about 40% of scales: the fused op is called with
+              scale_rule="times_reciprocal" (arfFp8ScaleTimesReciprocal), which computes exactly
+              that, so fusion leaves the scales torch would have computed, and q = e4m3(x / scale)
+              (IEEE) follows from them as in eager torch (rows or groups holding a NaN excepted:
+              arfusion's amax ignores NaN elements, torch's propagates them). When only the tail
+              reads the rounded norm, Inductor folds its round trip through bf16 and quantizes the
+              unrounded fp32 value, which arfusion does not do: that form is left unfused
 
 Eligibility is arfusion's own planner (arfPlanShape on the communicator: world size, dtype,
 hidden, token count, quantization block rules), so every rank decides identically. A dynamic
@@ -290,7 +294,7 @@ class AllReduceFusionPass(CustomGraphPass):
         if quant is not None:
             try:
                 _check_plan(comm, _ops.quant_pattern(quant.kind), hidden, rows, weight_dtype, norm,
-                            self.algorithm, self.assume_max_tokens)
+                            self.algorithm, self.assume_max_tokens, quant.scale_rule)
             except _NoMatch as e:
                 stats.notes.append(f"{ar_node.name}: {quant.kind} tail left unfused: {e}")
                 quant = None

@@ -17,6 +17,11 @@ out-of-place ops are made contiguous). Arguments are in the header's vocabulary:
   scale_layout   "row_major" | "mn_major" (fp8_per_group) | "swizzled_128x4" (nvfp4, mxfp4)
   scale_format   "fp32" | "ue8m0_as_fp32" | "ue8m0_packed" (fp8_per_group only)
   fallback       0 auto, 1 / 2 / 3 kernels (quantized patterns; arfFallbackLevel_t)
+  scale_rule     "divide" (arfFp8ScaleDivide, default: scale = max(amax / 448, 2^-9 / 448) with an
+                 IEEE division) | "times_reciprocal" (arfFp8ScaleTimesReciprocal: amax * fp32(1/448),
+                 then the floor: the bits torch's own `amax / 448.0` gives on a GPU, eager and
+                 Inductor alike; what the compile pass passes). fp8_per_token / fp8_per_group only
+                 (another quant with "times_reciprocal" is refused); q = e4m3(y / scale) either way
 
 Ops (T = input.numel() // H rows, H = input.shape[-1]):
 
@@ -29,7 +34,8 @@ Ops (T = input.numel() // H rows, H = input.shape[-1]):
   fused_add_rms_norm_quant(Tensor input, Tensor? residual, Tensor weight, Tensor? scale,
                      float eps, str comm, str quant, str scale_layout="row_major",
                      str scale_format="fp32", bool with_norm=False, bool gamma_plus_one=False,
-                     str norm_rounding="once", str algorithm="auto", int fallback=0)
+                     str norm_rounding="once", str algorithm="auto", int fallback=0,
+                     str scale_rule="divide")
       -> (quant_out, scale_out, residual_out, norm_out). quant_out: float8_e4m3fn [..., H] (FP8)
       or uint8 [..., H/2] (packed e2m1, even element in the low nibble). scale_out (every byte of
       arfScaleBufferBytes, padding included):
@@ -68,6 +74,7 @@ QUANT_PATTERNS = _shapes.QUANT_PATTERNS
 SCALE_LAYOUTS = _shapes.SCALE_LAYOUTS
 SCALE_FORMATS = _shapes.SCALE_FORMATS
 NORM_ROUNDINGS = _shapes.NORM_ROUNDINGS
+SCALE_RULES = _shapes.SCALE_RULES
 _algorithms: dict[str, int] = {}
 
 
@@ -76,6 +83,7 @@ quant_pattern = _shapes.quant_pattern
 scale_layout_value = _shapes.scale_layout_value
 scale_format_value = _shapes.scale_format_value
 norm_rounding_value = _shapes.norm_rounding_value
+scale_rule_value = _shapes.scale_rule_value
 
 
 def algorithm_value(name: str) -> int:
@@ -141,16 +149,17 @@ def _on_device(comm, what: str, **tensors):
 
 def _args(comm, pattern: int, hidden: int, weight_dtype, gamma_plus_one: bool, eps: float,
           norm_rounding: str, algorithm: str, scale_layout: int = 0, scale_format: int = 0,
-          fallback: int = 0) -> _arf.arfFusedArgs_t:
+          fallback: int = 0, scale_rule: str = "divide") -> _arf.arfFusedArgs_t:
     key = (pattern, hidden, weight_dtype, bool(gamma_plus_one), float(eps), norm_rounding,
-           algorithm, scale_layout, scale_format, fallback)
+           algorithm, scale_layout, scale_format, fallback, scale_rule)
     args = comm.cached_args(key)
     if args is None:
         args = comm.shape_args(pattern, hidden, 0, gamma_dtype=weight_dtype,
                                gamma_plus_one=gamma_plus_one, eps=eps,
                                norm_rounding=norm_rounding_value(norm_rounding),
                                algorithm=algorithm_value(algorithm), scale_layout=scale_layout,
-                               scale_format=scale_format, fallback=fallback)
+                               scale_format=scale_format, fallback=fallback,
+                               scale_rule=scale_rule_value(scale_rule))
         comm.store_args(key, args)
     return args
 
@@ -253,13 +262,21 @@ def _check_scale_in(quant, scale):
         raise ValueError(f"arfusion.fused_add_rms_norm_quant: {quant} takes no input `scale`")
 
 
+def _check_scale_rule(quant, scale_rule):
+    scale_rule_value(scale_rule)  # ValueError for a name outside SCALE_RULES
+    if scale_rule != "divide" and quant not in ("fp8_per_token", "fp8_per_group"):
+        raise ValueError(f"arfusion.fused_add_rms_norm_quant: scale_rule {scale_rule!r} applies to "
+                         f"fp8_per_token and fp8_per_group only, not {quant}")
+
+
 def _fused_add_rms_norm_quant(input, residual, weight, scale, eps, comm, quant,
                               scale_layout="row_major", scale_format="fp32", with_norm=False,
                               gamma_plus_one=False, norm_rounding="once", algorithm="auto",
-                              fallback=0):
+                              fallback=0, scale_rule="divide"):
     c = get_communicator(comm)
     rows, hidden = _check_common(input, residual, weight, "fused_add_rms_norm_quant")
     _check_scale_in(quant, scale)
+    _check_scale_rule(quant, scale_rule)
     _on_device(c, "fused_add_rms_norm_quant", input=input, residual=residual, weight=weight,
                scale=scale)
     dev = input.device
@@ -280,7 +297,7 @@ def _fused_add_rms_norm_quant(input, residual, weight, scale, eps, comm, quant,
     residual = residual.contiguous() if residual is not None else None
     weight = weight.contiguous()
     args = _args(c, pattern, hidden, weight.dtype, gamma_plus_one, eps, norm_rounding, algorithm,
-                 layout, fmt, int(fallback))
+                 layout, fmt, int(fallback), scale_rule)
     _set_pointers(args, num_tokens=rows, input=input.data_ptr(), residual_in=_ptr(residual),
                   residual_out=res_out.data_ptr(), norm_out=norm.data_ptr() if with_norm else None,
                   gamma=weight.data_ptr(), quant_out=q.data_ptr(),
@@ -292,9 +309,10 @@ def _fused_add_rms_norm_quant(input, residual, weight, scale, eps, comm, quant,
 def _fused_add_rms_norm_quant_fake(input, residual, weight, scale, eps, comm, quant,
                                    scale_layout="row_major", scale_format="fp32", with_norm=False,
                                    gamma_plus_one=False, norm_rounding="once", algorithm="auto",
-                                   fallback=0):
+                                   fallback=0, scale_rule="divide"):
     _check_common(input, residual, weight, "fused_add_rms_norm_quant")
     _check_scale_in(quant, scale)
+    _check_scale_rule(quant, scale_rule)
     return _quant_outputs(input, quant, scale_layout, scale_format, with_norm,
                           lambda shape, dtype: input.new_empty(shape, dtype=dtype))
 
@@ -343,8 +361,8 @@ SCHEMAS = {
         "fused_add_rms_norm_quant(Tensor input, Tensor? residual, Tensor weight, Tensor? scale, "
         "float eps, str comm, str quant, str scale_layout=\"row_major\", "
         "str scale_format=\"fp32\", bool with_norm=False, bool gamma_plus_one=False, "
-        "str norm_rounding=\"once\", str algorithm=\"auto\", int fallback=0) "
-        "-> (Tensor, Tensor, Tensor, Tensor)",
+        "str norm_rounding=\"once\", str algorithm=\"auto\", int fallback=0, "
+        "str scale_rule=\"divide\") -> (Tensor, Tensor, Tensor, Tensor)",
     "all_reduce": "all_reduce(Tensor input, str comm) -> Tensor",
     "all_reduce_": "all_reduce_(Tensor(a!) input, str comm) -> ()",
 }
@@ -376,4 +394,4 @@ def op(name: str):
 
 
 __all__ = ["SCHEMAS", "op", "quant_output_spec", "quant_pattern", "QUANT_PATTERNS",
-           "SCALE_LAYOUTS", "SCALE_FORMATS", "NORM_ROUNDINGS"]
+           "SCALE_LAYOUTS", "SCALE_FORMATS", "NORM_ROUNDINGS", "SCALE_RULES"]

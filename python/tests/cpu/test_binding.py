@@ -117,6 +117,7 @@ class AbiTest(unittest.TestCase):
         self.assertEqual(args.algorithm, arfusion.Algorithm.Auto)
         self.assertAlmostEqual(args.eps, 1e-6, places=12)
         self.assertEqual(args.norm_rounding, arfusion.NormRounding.RoundOnce)
+        self.assertEqual(args.scale_rule, arfusion.Fp8ScaleRule.Divide)
         self.assertIsNone(args.input)
         facts = self._init_writes_exactly(_lib.arfPlanFacts_t, C.arfPlanFactsInit)
         self.assertEqual((facts.world_size, facts.max_tokens, facts.max_hidden, facts.sm_count,
@@ -234,6 +235,15 @@ class ScaleBufferTest(unittest.TestCase):
                             self.assertEqual(got, _expected_scale_bytes(pattern, layout, fmt, t, h),
                                              (pattern.name, layout.name, fmt.name, t, h))
 
+    def test_scale_rule_vocabulary_is_the_enum(self):
+        """The ops' scale_rule strings name arfFp8ScaleRule_t's values; others are refused."""
+        self.assertEqual(_shapes.scale_rule_value("divide"), arfusion.Fp8ScaleRule.Divide)
+        self.assertEqual(_shapes.scale_rule_value("times_reciprocal"),
+                         arfusion.Fp8ScaleRule.TimesReciprocal)
+        self.assertEqual(sorted(_shapes.SCALE_RULES.values()), [int(m) for m in arfusion.Fp8ScaleRule])
+        with self.assertRaises(ValueError):
+            _shapes.scale_rule_value("reciprocal")
+
     def test_op_output_shapes_cover_the_scale_buffer(self):
         """The torch ops allocate scale_out from arfusion._shapes: its bytes must be exactly the
         library's arfScaleBufferBytes for every valid combination (fp8_per_tensor writes none)."""
@@ -313,6 +323,11 @@ class PlannerTest(unittest.TestCase):
             (dict(world_size=2), dict(num_tokens=1, hidden=1024, dtype=arfusion.DataType.Float16)),  # dtype != facts
             (dict(world_size=2), dict(num_tokens=1, hidden=1024, pattern=Pattern.ResidualRmsNorm,
                                       fallback=arfusion.FallbackLevel.TwoKernels)),      # auto only
+            (dict(world_size=2), dict(num_tokens=1, hidden=1024,
+                                      pattern=Pattern.ResidualRmsNormFp8PerTensor,
+                                      scale_rule=arfusion.Fp8ScaleRule.TimesReciprocal)),  # no dynamic scale
+            (dict(world_size=2), dict(num_tokens=1, hidden=1024,
+                                      pattern=Pattern.ResidualRmsNormFp8PerToken, scale_rule=2)),  # not an enum value
         ]
         for facts, args in cases:
             with self.subTest(facts=facts, args=args):
@@ -320,6 +335,15 @@ class PlannerTest(unittest.TestCase):
                     self.plan(facts, **args)
                 self.assertEqual(cm.exception.status, "arfInvalidArgument")
                 self.assertTrue(cm.exception.message)
+
+    def test_scale_rule_is_accepted_for_the_dynamic_fp8_patterns(self):
+        for pattern, hidden in ((Pattern.ResidualRmsNormFp8PerToken, 4096),
+                                (Pattern.ResidualRmsNormFp8PerGroup, 4096)):
+            with self.subTest(pattern=pattern):
+                p = self.plan(dict(world_size=2), num_tokens=8, hidden=hidden, pattern=pattern,
+                              scale_rule=arfusion.Fp8ScaleRule.TimesReciprocal)
+                self.assertEqual(p, self.plan(dict(world_size=2), num_tokens=8, hidden=hidden,
+                                              pattern=pattern))  # the rule does not change plans
 
     def test_same_facts_same_plan(self):
         for t in (1, 7, 64, 513, 1024):
