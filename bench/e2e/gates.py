@@ -15,8 +15,11 @@ DEMANDED (a failure fails the run) — only what a contract promises:
         intermediate then lands on the same or the neighbouring value, and the weighted product
         differs by less than 2 ulp before its rounding -> at most 2 ulp after. Not bitwise.
       - FP8 (when an e variant runs): the fused quantizer's q and scales == torch's quantization
-        (model.torch_quant) of the fused op's own bf16 norm: bitwise (arfusion.h: quantized
-        patterns quantize the rounded norm, quant_formats.h rules; both layouts).
+        (model.torch_quant) of the fused op's own bf16 norm, bitwise (arfusion.h: quantized
+        patterns quantize the rounded norm, quant_formats.h rules; both layouts), for each scale
+        rule against the torch evaluation that computes it: scale_rule "divide" (the default,
+        IEEE amax / 448) against torch on the CPU, "times_reciprocal" (what the model and the
+        pass use) against torch on the GPU, where `amax / 448.0` is amax * fp32(1/448).
   * end to end (prefill of a fixed prompt + teacher-forced greedy decode, L layers):
       - (c) with every forced algorithm (c@unfused, c@oneshot_*, c@twoshot) == (c): bitwise
         (final hidden states, logits, tokens); a forced algorithm the planner refuses for a
@@ -277,30 +280,40 @@ def _check_site(ctx, g: Gates, name, x, residual, w, fp8_mode):
             "norm_max_ulp": un["max_ulp"], "norm_fraction_equal": un["fraction_equal"],
             "norm_hist": un["hist"]}
     if fp8_mode is not None:
-        quant = "fp8_per_group" if fp8_mode == "per_group" else "fp8_per_token"
-        # The contract is torch's formula with IEEE division: evaluated on the CPU. On the GPU
-        # torch divides by a Python scalar as a multiplication by its fp32 reciprocal
-        # (amax * (1/448), "may lose one bit"): that scale is reported, not demanded.
-        q_t, s_t = model.torch_quant(n_f.cpu(), fp8_mode)
-        _, s_gpu = model.torch_quant(n_f, fp8_mode)
-        site["fp8_scales_differing_from_torch_gpu"] = float(
-            (s_gpu.cpu().view(torch.int32) != s_t.view(torch.int32)).float().mean())
-        layouts = ["row_major", "mn_major"] if fp8_mode == "per_group" else ["row_major"]
-        for layout in layouts:
-            q, s, r_q, _ = ops.fused_add_rms_norm_quant(x, residual, w, None, eps, comm, quant,
-                                                        layout, "fp32", False, False,
-                                                        "before_weight", "auto", 0)
-            torch.cuda.synchronize()
-            q, s_log = q.cpu(), (s.t()[:x.shape[0]] if layout == "mn_major" else s).cpu()
-            ok = (bits_equal(q, q_t) and bits_equal(s_log.contiguous(), s_t.contiguous())
-                  and bits_equal(r_q, r_f))
-            detail = "" if ok else (
-                f"q differs in {int((q.view(torch.uint8) != q_t.view(torch.uint8)).sum())} of "
-                f"{q.numel()} bytes; scales equal: {bits_equal(s_log.contiguous(), s_t.contiguous())}")
-            g.demand(f"site {name}: fused {quant} ({layout}) == torch's quantization formula on "
-                     "the fused norm, IEEE division (bitwise)", ok, detail)
+        _check_site_fp8(g, site, name, x, residual, w, eps, comm, n_f, r_f, fp8_mode)
     g.reported["sites"].append(site)
     return n_f, r_f
+
+
+def _check_site_fp8(g: Gates, site, name, x, residual, w, eps, comm, n_f, r_f, fp8_mode):
+    """The fused quantizer against torch's quantization of the fused norm, per scale rule: the
+    default "divide" (IEEE amax / 448) against torch on the CPU, model.SCALE_RULE
+    ("times_reciprocal", amax * fp32(1/448)) against torch on the GPU; both bitwise. Reported: how
+    many of the divide rule's scales differ from torch's on the GPU (what fusing with the default
+    rule would change)."""
+    quant = "fp8_per_group" if fp8_mode == "per_group" else "fp8_per_token"
+    torch_on = {"divide": model.torch_quant(n_f.cpu(), fp8_mode),
+                model.SCALE_RULE: tuple(t.cpu() for t in model.torch_quant(n_f, fp8_mode))}
+    where = {"divide": "CPU (IEEE division)", model.SCALE_RULE: "GPU (amax * fp32(1/448))"}
+    s_cpu, s_gpu = torch_on["divide"][1], torch_on[model.SCALE_RULE][1]
+    site["fp8_scales_differing_from_torch_gpu"] = float(
+        (s_gpu.view(torch.int32) != s_cpu.view(torch.int32)).float().mean())
+    layouts = ["row_major", "mn_major"] if fp8_mode == "per_group" else ["row_major"]
+    for rule, (q_t, s_t) in torch_on.items():
+        for layout in layouts:
+            q, s, r_q, _ = torch.ops.arfusion.fused_add_rms_norm_quant(
+                x, residual, w, None, eps, comm, quant, layout, "fp32", False, False,
+                "before_weight", "auto", 0, rule)
+            torch.cuda.synchronize()
+            q, s_log = q.cpu(), (s.t()[:x.shape[0]] if layout == "mn_major" else s).cpu()
+            scales_ok = bits_equal(s_log.contiguous(), s_t.contiguous())
+            ok = bits_equal(q, q_t) and scales_ok and bits_equal(r_q, r_f)
+            detail = "" if ok else (
+                f"q differs in {int((q.view(torch.uint8) != q_t.view(torch.uint8)).sum())} of "
+                f"{q.numel()} bytes; scales equal: {scales_ok}")
+            g.demand(f"site {name}: fused {quant} ({layout}, scale_rule {rule}) == torch's "
+                     f"quantization on the fused norm, torch on the {where[rule]} (bitwise)",
+                     ok, detail)
 
 
 def site_checks(ctx, g: Gates, fp8_mode) -> None:

@@ -30,6 +30,11 @@ import torch.nn.functional as F
 F8 = torch.float8_e4m3fn
 F8_MAX = 448.0
 MIN_FP8_SCALE = 1.0 / (448.0 * 512.0)   # arfusion's floor of a dynamic FP8 scale (2^-9 / 448)
+# The fused quantizing op's scale rule: torch's own arithmetic for `amax / 448.0` on a GPU
+# (amax * fp32(1/448), arfFp8ScaleTimesReciprocal), which is also what the compile pass passes
+# for the tails it fuses: (e_c) then quantizes exactly as torch_quant would on the GPU, and (e_d)
+# == (e_c_compiled) holds bitwise with the pass's op in place of the model's.
+SCALE_RULE = "times_reciprocal"
 BLOCK_ROWS = 32
 
 _CPU_GROUP = None   # the gloo group of variant (a') (set by rank.py)
@@ -160,7 +165,9 @@ def quant_weight(w: torch.Tensor, mode: str):
 
 def torch_quant(y: torch.Tensor, mode: str):
     """torch FP8 quantization of the bf16 norm, written exactly in the form arfusion's pass
-    recognises (its contract: scale = max(amax / 448, 1/(448*512)), q = e4m3(clamp(y / scale))).
+    recognises (scale = max(amax / 448, 1/(448*512)), q = e4m3(clamp(y / scale))). On the CPU
+    `amax / 448.0` is the IEEE quotient (arfusion's default rule), on a GPU amax * fp32(1/448)
+    (scale_rule "times_reciprocal", SCALE_RULE); q = y / scale is an IEEE division on both.
     per_group: (q [T, H], scales [T, H/128] row-major); per_token: (q [T, H], scales [T, 1])."""
     if mode == "per_group":
         t, h = y.shape
@@ -207,11 +214,11 @@ def ar_add_norm(x, residual, w, S: Static, quant: bool):
             if S.fp8 == "per_group":
                 q, s, r, _ = torch.ops.arfusion.fused_add_rms_norm_quant(
                     x, residual, w, None, S.eps, S.comm, "fp8_per_group", "mn_major", "fp32",
-                    False, False, "before_weight", S.algorithm, 0)
+                    False, False, "before_weight", S.algorithm, 0, SCALE_RULE)
                 return q, s.t()[:x.shape[0]], r     # logical [T, H/128] view of [H/128, Tp]
             q, s, r, _ = torch.ops.arfusion.fused_add_rms_norm_quant(
                 x, residual, w, None, S.eps, S.comm, "fp8_per_token", "row_major", "fp32",
-                False, False, "before_weight", S.algorithm, 0)
+                False, False, "before_weight", S.algorithm, 0, SCALE_RULE)
             return q, s, r
         if residual is None or not S.inplace:   # first site: residual_out = the all-reduce
             y, r = torch.ops.arfusion.fused_add_rms_norm_out(

@@ -5,7 +5,9 @@ A fake process group of world size 2 (torch.testing._internal.distributed.fake_p
 return at once without communicating) lets Dynamo produce exactly the graphs of a real TP job,
 and a world-1 arfusion communicator (mapped to the fake group with group_map) runs the fused ops:
 the all-reduce of one rank is the identity on both sides, so the compiled model must equal the
-eager one (residual bitwise, norm within 1 ulp, FP8 tails exact on the returned norm). For every
+eager one (residual bitwise, norm within 1 ulp, FP8 tails exact on the returned norm: against the
+contract with the pass's scale rule, times_reciprocal, on the CPU, and against eager torch's own
+tail on the GPU applied to the same norm, q and scales bitwise). For every
 variant the pass must replace the expected number of patterns of the expected kind; a miss prints
 the pass's own reason (the point of this test: torch's graph forms change between releases).
 
@@ -206,19 +208,33 @@ def main():
                     limit = 4 if "two layers" in name else 2 if mode == "fp32res" else 1
                     if d > limit:
                         problems.append(f"output {i}: {d} ulp from eager")
-            if mode in ("fp8_per_token", "fp8_per_group", "fp8_per_tensor"):
+            if mode in ("fp8_per_token", "fp8_per_group"):
+                # The pass fuses dynamic tails with scale_rule "times_reciprocal": the contract
+                # with that rule on the CPU, and eager torch's own tail on the GPU (amax *
+                # fp32(1/448)) run on the compiled norm, must both give the fused q and scales.
                 norm_c = got[0].cpu()
                 if mode == "fp8_per_token":
-                    qr, sr = ref.fp8_per_token(norm_c)
-                    if not (ref.bits_equal(got[1].cpu(), qr) and ref.bits_equal(got[2].cpu(), sr)):
-                        problems.append("fp8 per-token q/scales differ from the contract on the returned norm")
-                elif mode == "fp8_per_group":
-                    qr, sr, _ = ref.fp8_per_group(norm_c, "fp32")
-                    if not (ref.bits_equal(got[1].cpu(), qr) and ref.bits_equal(got[2].cpu(), sr)):
-                        problems.append("fp8 per-group q/scales differ from the contract on the returned norm")
+                    qr, sr = ref.fp8_per_token(norm_c, "times_reciprocal")
+                    qe, se = per_token(got[0])
                 else:
-                    if not ref.bits_equal(got[1].cpu(), ref.fp8_per_tensor(norm_c, static_scale.cpu())):
-                        problems.append("fp8 static q differs from the contract on the returned norm")
+                    qr, sr, _ = ref.fp8_per_group(norm_c, "fp32", "times_reciprocal")
+                    qe, se = per_group(got[0])
+                q_got, s_got = got[1].cpu(), got[2].cpu()
+                if not (ref.bits_equal(q_got, qr) and ref.bits_equal(s_got, sr)):
+                    problems.append(f"{mode} q/scales differ from the contract (times_reciprocal) "
+                                    "on the returned norm")
+                if not ref.bits_equal(s_got, se.cpu()):
+                    n = int((s_got.view(torch.int32) != se.cpu().view(torch.int32)).sum())
+                    problems.append(f"{mode} scales differ from eager torch's on the returned norm "
+                                    f"in {n} of {se.numel()}")
+                if not ref.bits_equal(q_got, qe.cpu()):
+                    problems.append(f"{mode} q differs from eager torch's on the returned norm")
+                # where the compiled and eager norms agree bitwise, so must the eager model's scales
+                if ref.bits_equal(norm_c, want[0].cpu()) and not ref.bits_equal(s_got, want[2].cpu()):
+                    problems.append(f"{mode}: norms equal, scales differ from the eager model's")
+            elif mode == "fp8_per_tensor":
+                if not ref.bits_equal(got[1].cpu(), ref.fp8_per_tensor(got[0].cpu(), static_scale.cpu())):
+                    problems.append("fp8 static q differs from the contract on the returned norm")
             if mode == "dynamic":
                 x2 = [torch.randn(40, H, generator=gen).to(dtype).to(dev) for _ in range(nargs)]
                 for t in x2:

@@ -8,6 +8,8 @@ import torch
 
 F8_MAX = 448.0
 MIN_FP8_SCALE = torch.tensor(1.0 / (448.0 * 512.0), dtype=torch.float32)  # 2^-9 / 448 in fp32
+# RN(1/448) in fp32 (bits 0x3B124925): the factor of the "times_reciprocal" scale rule
+F8_MAX_RECIPROCAL = torch.tensor(1.0 / 448.0, dtype=torch.float32)
 
 
 def all_reduce(xs, dtype):
@@ -73,8 +75,18 @@ def e4m3(x):
     return x.clamp(-F8_MAX, F8_MAX).to(torch.float8_e4m3fn)
 
 
-def dynamic_scale(amax):
-    return torch.maximum(amax / F8_MAX, MIN_FP8_SCALE)
+def dynamic_scale(amax, scale_rule="divide"):
+    """max(amax / 448, 2^-9 / 448) in fp32 (arfFp8ScaleRule_t): "divide" the IEEE quotient (a CPU
+    fp32 tensor divided by a number is an IEEE division), "times_reciprocal" one fp32
+    multiplication by RN(1/448), what torch computes for `amax / 448.0` on a GPU."""
+    assert amax.device.type == "cpu" and amax.dtype == torch.float32
+    if scale_rule == "divide":
+        q = amax / torch.tensor(F8_MAX, dtype=torch.float32)
+    elif scale_rule == "times_reciprocal":
+        q = amax * F8_MAX_RECIPROCAL
+    else:
+        raise ValueError(f"scale_rule {scale_rule!r}")
+    return torch.maximum(q, MIN_FP8_SCALE)
 
 
 def ue8m0_round_up(s):
@@ -88,22 +100,31 @@ def ue8m0_round_up(s):
     return code.to(torch.uint8), value
 
 
+def torch_fp8_per_token(y):
+    """The FP8 per-token tail as a torch model writes it (the form the compile pass matches),
+    evaluated on y's device: on a GPU its scale is amax * fp32(1/448), scale_rule
+    "times_reciprocal"; on the CPU the IEEE quotient, "divide". Returns (q, scales [T, 1])."""
+    yf = y.float()
+    sc = torch.clamp(yf.abs().amax(dim=-1, keepdim=True) / 448.0, min=1.0 / (448.0 * 512.0))
+    return (yf / sc).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), sc
+
+
 def fp8_per_tensor(norm, scale):
     return e4m3(norm.float() / scale.float().reshape(()))
 
 
-def fp8_per_token(norm):
+def fp8_per_token(norm, scale_rule="divide"):
     nf = norm.float().reshape(-1, norm.shape[-1])
-    s = dynamic_scale(nf.abs().amax(dim=-1, keepdim=True))
+    s = dynamic_scale(nf.abs().amax(dim=-1, keepdim=True), scale_rule)
     return e4m3(nf / s).reshape(norm.shape), s
 
 
-def fp8_per_group(norm, scale_format):
+def fp8_per_group(norm, scale_format, scale_rule="divide"):
     """(q [T,H], scales [T, H/128] fp32 values, UE8M0 codes or None)."""
     nf = norm.float().reshape(-1, norm.shape[-1])
     t, h = nf.shape
     g = nf.reshape(t, h // 128, 128)
-    s = dynamic_scale(g.abs().amax(dim=-1))
+    s = dynamic_scale(g.abs().amax(dim=-1), scale_rule)
     codes = None
     if scale_format != "fp32":
         codes, s = ue8m0_round_up(s)

@@ -212,10 +212,15 @@ def core(ctx, quick=False):
         ("mxfp4", "row_major", "fp32"),
         ("mxfp4", "swizzled_128x4", "fp32"),
     ]
-    if quick:
-        quant_cases = quant_cases[1:3] + quant_cases[-2:-1]
-    for j, (quant, layout, fmt) in enumerate(quant_cases):
-        def run_quant(quant=quant, layout=layout, fmt=fmt, j=j):
+    quant_cases = [c + ("divide",) for c in quant_cases]
+    # torch's GPU scale arithmetic (amax * fp32(1/448)), what the compile pass asks for
+    rule_cases = [("fp8_per_token", "row_major", "fp32", "times_reciprocal"),
+                  ("fp8_per_group", "row_major", "fp32", "times_reciprocal"),
+                  ("fp8_per_group", "mn_major", "ue8m0_packed", "times_reciprocal")]
+    quant_cases = (quant_cases[1:3] + quant_cases[-2:-1] + rule_cases[:1] if quick
+                   else quant_cases + rule_cases)
+    for j, (quant, layout, fmt, rule) in enumerate(quant_cases):
+        def run_quant(quant=quant, layout=layout, fmt=fmt, rule=rule, j=j):
             t, h = (5, 1024) if j % 2 else (130, 2048)
             xs = _rank_inputs(ctx.world, t, h, dtype, SEED + 100 + j)
             residual, w = _shared(t, h, dtype, SEED + 100 + j)
@@ -225,7 +230,7 @@ def core(ctx, quick=False):
                 scale = torch.tensor([0.05], dtype=torch.float32, device=dev)
             elif quant == "nvfp4":
                 scale = torch.tensor([448.0 * 6.0 / 8.0], dtype=torch.float32, device=dev)
-            kw = dict(quant=quant, scale=scale, scale_layout=layout, scale_format=fmt)
+            kw = dict(quant=quant, scale=scale, scale_layout=layout, scale_format=fmt, scale_rule=rule)
             q, s, res, norm = comm.fused_add_rms_norm_quant(x, r, wd, eps, with_norm=True, **kw)
             q2, s2, res2, empty = comm.fused_add_rms_norm_quant(x, r, wd, eps, **kw)
             q3, s3, res3, norm3 = comm.fused_add_rms_norm_quant(x, r, wd, eps, with_norm=True,
@@ -247,11 +252,14 @@ def core(ctx, quick=False):
                 _bits(q, ref.fp8_per_tensor(nc, scale.cpu()), "fp8 per-tensor vs reference")
                 _require(s.numel() == 0, "per-tensor writes no scale")
             elif quant == "fp8_per_token":
-                qr, sr = ref.fp8_per_token(nc)
+                qr, sr = ref.fp8_per_token(nc, rule)
                 _bits(q, qr, "fp8 per-token q vs reference")
                 _bits(s, sr, "fp8 per-token scales vs reference")
+                if rule == "times_reciprocal":  # torch's own tail on the GPU gives these bits
+                    _, s_gpu = ref.torch_fp8_per_token(norm)
+                    _bits(s, s_gpu, "fp8 per-token scales vs torch's tail on the GPU")
             elif quant == "fp8_per_group":
-                qr, sr, codes = ref.fp8_per_group(nc, fmt)
+                qr, sr, codes = ref.fp8_per_group(nc, fmt, rule)
                 _bits(q, qr, "fp8 per-group q vs reference")
                 if fmt == "ue8m0_packed":
                     want = codes if layout == "row_major" else ref.mn_major_packed(codes)
@@ -268,11 +276,12 @@ def core(ctx, quick=False):
                 _bits(q, qr, "nvfp4 q vs reference")
                 want = codes if layout == "row_major" else ref.swizzle_128x4(codes)
                 _bits(s.view(torch.uint8), want, f"nvfp4 scales ({layout}) vs reference")
-            _same_on_all_ranks(ctx, f"{quant} {layout} {fmt}", q, s, res, norm)
-            plan = comm.plan(t, h, quant=quant, scale_layout=layout, scale_format=fmt)
+            _same_on_all_ranks(ctx, f"{quant} {layout} {fmt} {rule}", q, s, res, norm)
+            plan = comm.plan(t, h, quant=quant, scale_layout=layout, scale_format=fmt, scale_rule=rule)
             return f"T={t} H={h}: {plan.algorithm} level {plan.fallback_level}"
 
-        ctx.check(f"fused_add_rms_norm_quant {quant} {layout} {fmt}", run_quant)
+        ctx.check(f"fused_add_rms_norm_quant {quant} {layout} {fmt}"
+                  + ("" if rule == "divide" else f" {rule}"), run_quant)
 
     def refused_call_keeps_comm_usable():
         x = torch.zeros(4, 1004, dtype=dtype, device=dev)   # hidden % 8 != 0
@@ -331,6 +340,9 @@ def opchecks(ctx):
          (x, r, wd, None, 1e-6, comm.name, "fp8_per_token")),
         ("fused_add_rms_norm_quant fp8_per_group mn_major packed", ops.fused_add_rms_norm_quant.default,
          (x, r, wd, None, 1e-6, comm.name, "fp8_per_group", "mn_major", "ue8m0_packed", True)),
+        ("fused_add_rms_norm_quant fp8_per_group times_reciprocal", ops.fused_add_rms_norm_quant.default,
+         (x, r, wd, None, 1e-6, comm.name, "fp8_per_group", "row_major", "fp32", True, False, "once",
+          "auto", 0, "times_reciprocal")),
         ("fused_add_rms_norm_quant nvfp4", ops.fused_add_rms_norm_quant.default,
          (x, r, wd, torch.tensor([100.0], device=dev), 1e-6, comm.name, "nvfp4")),
         ("all_reduce", ops.all_reduce.default, (x, comm.name)),
@@ -586,7 +598,7 @@ def _toy_model(comm, world, rank, hidden, device, mode):
     """Five layers: partial sums (activations times a per-rank vector) -> all-reduce -> residual
     add -> RMSNorm in a different form per layer; the last layer adds an FP8 per-token tail.
     mode "torch": torch.distributed.all_reduce + plain torch norms (what the pass rewrites);
-    "arfusion": the fused ops called directly (the expected result, bitwise);
+    "arfusion": the fused ops called directly (the expected result, bitwise; FP8: times_reciprocal);
     "eager_ref": arfusion's plain all-reduce + the same torch norms (close, not bitwise)."""
     torch = _torch()
     import torch.distributed as dist
@@ -617,11 +629,6 @@ def _toy_model(comm, world, rank, hidden, device, mode):
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
         return (h * w).to(dtype)
 
-    def fp8_per_token(y):
-        yf = y.float()
-        sc = torch.clamp(yf.abs().amax(dim=-1, keepdim=True) / 448.0, min=1.0 / (448.0 * 512.0))
-        return (yf / sc).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), sc
-
     layers = [  # (torch norm, weight, fused-op options)
         (f_rms, w_bf16[0], dict()),
         (llama, w_bf16[1], dict(norm_rounding="before_weight")),
@@ -638,7 +645,8 @@ def _toy_model(comm, world, rank, hidden, device, mode):
             if mode == "arfusion":
                 if last:
                     q, sc, residual, h = comm.fused_add_rms_norm_quant(
-                        partial, residual, w, eps, quant="fp8_per_token", with_norm=True, **opts)
+                        partial, residual, w, eps, quant="fp8_per_token", with_norm=True,
+                        scale_rule="times_reciprocal", **opts)
                 else:
                     h, residual = comm.fused_add_rms_norm_out(partial, residual, w, eps, **opts)
                 continue
@@ -649,7 +657,7 @@ def _toy_model(comm, world, rank, hidden, device, mode):
             residual = partial if residual is None else partial + residual
             h = norm(residual, w)
             if last:
-                q, sc = fp8_per_token(h)
+                q, sc = ref.torch_fp8_per_token(h)
         return h, residual, q, sc
 
     return forward
@@ -698,6 +706,10 @@ def compiled(ctx):
                  f"expected 5 of 5 all-reduces replaced:\n{summary}")
         _require(any("fp8_per_token" in k for k in p.stats.kinds), f"FP8 tail not fused:\n{summary}")
         compare(got, want, "compiled (pass) vs the fused ops called eagerly")
+        # eager torch's own FP8 tail on the compiled norm: the fused tail keeps its bits
+        q_t, s_t = ref.torch_fp8_per_token(got[0])
+        _bits(got[3], s_t, "compiled FP8 scales vs eager torch's tail on the same norm")
+        _bits(got[2], q_t, "compiled FP8 q vs eager torch's tail on the same norm")
         for a, b, n in zip(got[:2], close[:2], ("norm", "residual")):
             _require(torch.allclose(a.float(), b.float(), rtol=3e-2, atol=3e-2),
                      f"{n}: compiled far from the unfused eager model")
