@@ -394,6 +394,17 @@ def _depends_on(node: fx.Node, ancestor: fx.Node) -> bool:
     return False
 
 
+def _per_group_quant(hit, viewed: set) -> _Quant:
+    """The per-group tail from _match_dynamic_fp8's hit on a [.., H/128, 128] value: q is the view
+    back to [.., H] when the graph has exactly that one, else the grouped e4m3 value itself.
+    viewed: the convert and view nodes leading to the grouped value (part of the tail)."""
+    q3, sc, internal = hit
+    qv = [u for u in q3.users if _is_call(u, *_VIEW)]
+    q = qv[0] if len(qv) == 1 and len(q3.users) == 1 else q3
+    return _Quant("fp8_per_group", q, sc, None,
+                  internal | viewed | ({q3} if q is not q3 else set()), _DYNAMIC_SCALE_RULE)
+
+
 def _match_quant(norm_out: fx.Node, hidden: int, rows_shape) -> _Quant:
     """The FP8 tail reading the norm (exactly arfusion's contract), or _NoMatch."""
     o32s = [u for u in norm_out.users if _convert_dtype(u) == torch.float32]
@@ -421,24 +432,14 @@ def _match_quant(norm_out: fx.Node, hidden: int, rows_shape) -> _Quant:
             if _is_call(v, *_VIEW) and _shape(v) is not None and _shape(v)[-2:] == (hidden // 128, 128):
                 hit = _match_dynamic_fp8(v, True, hidden)
                 if hit is not None:
-                    q3, sc, internal = hit
-                    qv = [u for u in q3.users if _is_call(u, *_VIEW)]
-                    q = qv[0] if len(qv) == 1 and len(q3.users) == 1 else q3
-                    return _Quant("fp8_per_group", q, sc, None,
-                                  internal | {o32, v} | ({q3} if q is not q3 else set()),
-                                  _DYNAMIC_SCALE_RULE)
+                    return _per_group_quant(hit, {o32, v})
     for v in views:  # view of the activation-dtype norm, then convert
         if _shape(v) is not None and _shape(v)[-2:] == (hidden // 128, 128):
             for o32 in v.users:
                 if _convert_dtype(o32) == torch.float32:
                     hit = _match_dynamic_fp8(o32, True, hidden)
                     if hit is not None:
-                        q3, sc, internal = hit
-                        qv = [u for u in q3.users if _is_call(u, *_VIEW)]
-                        q = qv[0] if len(qv) == 1 and len(q3.users) == 1 else q3
-                        return _Quant("fp8_per_group", q, sc, None,
-                                      internal | {o32, v} | ({q3} if q is not q3 else set()),
-                                      _DYNAMIC_SCALE_RULE)
+                        return _per_group_quant(hit, {o32, v})
     raise _NoMatch("no FP8 tail in arfusion's form")
 
 
