@@ -228,4 +228,15 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
   return o;
 }
 
+ScheduleOptions schedule_options(const ChurnOptions& o) {
+  ScheduleOptions so;
+  so.seed = o.seed;
+  so.dtype = o.dtype;
+  so.patterns = o.patterns;
+  so.algos = o.algos;
+  so.hiddens = o.hiddens;
+  so.max_tokens = o.max_tokens;
+  return so;
+}
+
 }  // namespace arf::churn

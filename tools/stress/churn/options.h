@@ -11,6 +11,7 @@
 
 #include "arfusion/arfusion.h"
 #include "call_spec.h"
+#include "schedule.h"
 
 namespace arf::churn {
 
@@ -95,6 +96,9 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
                                                 const EnvLookup& env);
 
 // Comma-separated lists, exposed for tests.
+// The call generator's options of a run (the same on every rank: its schedule is the seed's).
+ScheduleOptions schedule_options(const ChurnOptions& o);
+
 std::vector<Pat> parse_pattern_list(const std::string& list);          // throws std::invalid_argument
 std::vector<arfAlgorithm_t> parse_algorithm_list(const std::string& list);
 std::vector<int64_t> parse_int_list(const std::string& list);

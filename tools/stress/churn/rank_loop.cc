@@ -48,13 +48,7 @@ class Loop {
 
   void run() {
     if (!cuda_ok(cudaSetDevice(b_.device), "cudaSetDevice")) return;
-    ScheduleOptions so;
-    so.seed = o_.seed;
-    so.dtype = o_.dtype;
-    so.patterns = o_.patterns;
-    so.algos = o_.algos;
-    so.hiddens = o_.hiddens;
-    so.max_tokens = o_.max_tokens;
+    const ScheduleOptions so = schedule_options(o_);
     Generator gen(so, job_.boundaries, oracle_);
     size_t replay_pos = 0;
     uint64_t skips = 0;

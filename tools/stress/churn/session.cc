@@ -170,13 +170,7 @@ std::string Session::probe(RunReport* report) {
     boundaries_ = BoundaryTable{};
     return "";
   }
-  ScheduleOptions so;
-  so.seed = o_.seed;
-  so.dtype = o_.dtype;
-  so.patterns = o_.patterns;
-  so.algos = o_.algos;
-  so.hiddens = o_.hiddens;
-  so.max_tokens = o_.max_tokens;
+  const ScheduleOptions so = schedule_options(o_);
   const auto t0 = std::chrono::steady_clock::now();
   boundaries_ = BoundaryTable::probe(so, comm_oracle(comms_[0], o_.dtype));
   report->boundary_combinations = boundaries_->num_combinations();
