@@ -19,6 +19,9 @@
 #   ctest     ctest -L gpu (ARF_CTEST_EXCLUDE: a regex of tests to leave out)
 #   python    the torch integration: compile-pass graph dump, then python/tests/run_gpu_tests.sh
 #             (ARF_PYTHON_ARGS, e.g. "--worlds 2,4,8"), the FP8 scale probe, the op-overhead bench
+#   native    the C++ (stable-ABI) ops: build them (python3 -m arfusion.torch._native), the
+#             op-overhead bench with each backend, the Python GPU tests with ARFUSION_TORCH_OPS=cpp
+#             (ARF_NATIVE_ARGS, default "--worlds 2")
 #   e2e       the end-to-end decoder: bench/e2e/run.sh ${ARF_E2E_ARGS:---quick} (results under bench/results)
 #   perf      world-1 epilogues against torch.compile (bench_world1.sh, bench_world1_quant.sh)
 #   build     configure and build ./build here (a snapshot from scripts/snapshot_for_device.sh)
@@ -90,6 +93,17 @@ for stage in "$@"; do
       echo "fp8 scale probe: exit $?"
       timeout 200 python3 python/tools/bench_op_overhead.py "$out/log/op_overhead.json" > "$out/log/op_overhead.txt" 2>&1
       echo "op overhead: exit $?"; tail -15 "$out/log/op_overhead.txt" ;;
+    native)
+      timeout 180 python3 -m arfusion.torch._native > "$out/log/native_build.txt" 2>&1
+      echo "native ops build: exit $?"; tail -3 "$out/log/native_build.txt"
+      for b in python cpp; do
+        ARFUSION_TORCH_OPS=$b timeout 200 python3 python/tools/bench_op_overhead.py \
+          "$out/log/op_overhead_$b.json" > "$out/log/op_overhead_$b.txt" 2>&1
+        echo "op overhead ($b ops): exit $?"; grep -E "^(ctypes|op_|comm_)" "$out/log/op_overhead_$b.txt"
+      done
+      ARFUSION_TORCH_OPS=cpp timeout 400 bash python/tests/run_gpu_tests.sh ${ARF_NATIVE_ARGS:---worlds 2} \
+        > "$out/log/python_gpu_cpp_ops.txt" 2>&1
+      echo "python gpu tests (cpp ops): exit $?"; grep -E "^ops backend|^(FAIL|SKIP)|passed|failed" "$out/log/python_gpu_cpp_ops.txt" | tail -12 ;;
     build)
       cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DARF_SHARED=ON \
         -DARF_BUILD_NEGATIVE_CONTROLS=ON > "$out/log/configure.txt" 2>&1 &&

@@ -1,6 +1,7 @@
 """PEP 517 build backend of the arfusion package, standard library only.
 
-Builds a wheel of python/arfusion (every .py file) plus, when found, libarfusion.so:
+Builds a wheel of python/arfusion (every .py file, the C++ ops' source and the arfusion header)
+plus, when found, libarfusion.so:
 $ARFUSION_LIBRARY, else ../build/libarfusion.so (relative to python/). A wheel that carries the
 library is tagged for this platform; one without it is pure and loads $ARFUSION_LIBRARY (or the
 source tree's build) at import, which the build says.
@@ -49,8 +50,15 @@ def _metadata(version: str) -> str:
 
 def _files():
     for p in sorted((HERE / NAME).rglob("*.py")):
-        if "__pycache__" not in p.parts:
+        if "__pycache__" not in p.parts and "_native_build" not in p.parts:
             yield p.relative_to(HERE).as_posix(), p.read_bytes()
+    # the C++ ops' source and the header it includes, so an installed package can build them
+    # (arfusion.torch._native)
+    for p in sorted((HERE / NAME / "torch" / "csrc").glob("*.cc")):
+        yield p.relative_to(HERE).as_posix(), p.read_bytes()
+    header = HERE.parent / "include" / "arfusion" / "arfusion.h"
+    if header.exists():
+        yield f"{NAME}/include/arfusion/arfusion.h", header.read_bytes()
 
 
 def _record_hash(data: bytes) -> str:

@@ -146,7 +146,7 @@ def main():
         "device": torch.cuda.get_device_name(0), "library": arfusion.library_path,
         "tokens": t, "hidden": h, "calls_per_batch": args.calls, "repeats": args.repeats,
         "plan": str(comm.plan(t, h)), "host_us_per_call": results, "gpu_us": gpu_us,
-        "graph_replay_us": graph_us,
+        "graph_replay_us": graph_us, "ops_backend": aft.ops.backend(),
         "python_overhead_us": {k: results[k]["median_us"] - results["ctypes_raw"]["median_us"]
                                for k in ("op_inplace", "op_out", "comm_method")},
     }

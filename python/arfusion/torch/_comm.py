@@ -14,6 +14,8 @@ import arfusion as _arf
 from arfusion import _lib
 from arfusion._lib import ArfError, DataType, Status
 
+from . import _native
+
 _c = _lib.library().lib
 
 TORCH_TO_ARF_DTYPE = {
@@ -77,6 +79,26 @@ def _cpu_group(group, ranks: list[int], cpu_group, timeout_s: float):
     return g
 
 
+def _op_errors(method):
+    """A Communicator method calling torch.ops.arfusion.*: the C++ kernels' exceptions raised as
+    the Python kernels raise them (ops.translate_error), so callers catch ArfError either way."""
+    import functools
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except RuntimeError as e:
+            from .ops import translate_error
+
+            t = translate_error(e)
+            if t is e:
+                raise
+            raise t from None
+
+    return call
+
+
 class Communicator:
     """One rank of an arfusion communicator, usable from torch.
 
@@ -110,6 +132,7 @@ class Communicator:
         with _registry_lock:
             if name in _registry:
                 raise RuntimeError(f"arfusion: a communicator named {name!r} already exists")
+            _native.register_comm(name, self._handle.value, device.index)  # the C++ ops' names
             _registry[name] = self
 
     # ---- creation -----------------------------------------------------------------------------
@@ -260,6 +283,7 @@ class Communicator:
         with _registry_lock:
             if _registry.get(self.name) is self:
                 del _registry[self.name]
+                _native.unregister_comm(self.name)  # before the handle dies
         if self._comm.alive:
             self._handle = ctypes.c_void_p(None)
             self._comm.destroy()
@@ -299,14 +323,18 @@ class Communicator:
         return self._comm.first_lost_call()
 
     def shape_args(self, pattern: int, hidden: int, num_tokens: int, *,
+                   dtype: torch.dtype | None = None,
                    gamma_dtype: torch.dtype | None = None, gamma_plus_one: bool = False,
                    eps: float = 1e-6, norm_rounding: int = 0, algorithm: int = 0,
                    scale_layout: int = 0, scale_format: int = 0,
                    fallback: int = 0, scale_rule: int = 0) -> _arf.arfFusedArgs_t:
-        """An arfFusedArgs_t describing a call's shape (no pointers), for plans."""
-        gdt = TORCH_TO_ARF_DTYPE[gamma_dtype] if gamma_dtype is not None else self._arf_dtype
+        """An arfFusedArgs_t describing a call's shape (no pointers), for plans. dtype: the
+        activation dtype of the call (default the communicator's; another one is the library's to
+        refuse)."""
+        adt = _arf_dtype(dtype) if dtype is not None else self._arf_dtype
+        gdt = TORCH_TO_ARF_DTYPE[gamma_dtype] if gamma_dtype is not None else adt
         return _arf.fused_args(pattern=int(pattern), algorithm=int(algorithm),
-                               dtype=int(self._arf_dtype), num_tokens=int(num_tokens),
+                               dtype=int(adt), num_tokens=int(num_tokens),
                                hidden=int(hidden), gamma_dtype=int(gdt),
                                gamma_plus_one=int(bool(gamma_plus_one)), eps=float(eps),
                                scale_layout=int(scale_layout), scale_format=int(scale_format),
@@ -358,12 +386,15 @@ class Communicator:
         if _c.arfCommGetAsyncError(h) != Status.Success:
             self._comm.check()
 
-    def launch_all_reduce(self, src: int, dst: int, count: int) -> None:
+    def launch_all_reduce(self, src: int, dst: int, count: int,
+                          dtype: torch.dtype | None = None) -> None:
+        """arfAllReduce of `count` elements of `dtype` (default the communicator's)."""
+        adt = _arf_dtype(dtype) if dtype is not None else self._arf_dtype
         h = self._handle
         if not h.value:
             raise ArfError(Status.InvalidArgument, "the communicator was destroyed", "arfAllReduce",
                            comm_name=self.name)
-        status = _c.arfAllReduce(h, src, dst, count, int(self._arf_dtype), self._stream())
+        status = _c.arfAllReduce(h, src, dst, count, int(adt), self._stream())
         if status != Status.Success:
             self._comm.raise_failure(status, "arfAllReduce")
         if _c.arfCommGetAsyncError(h) != Status.Success:
@@ -371,6 +402,7 @@ class Communicator:
 
     # ---- convenience wrappers over torch.ops.arfusion ----------------------------------------
 
+    @_op_errors
     def fused_add_rms_norm(self, input, residual, weight, eps: float = 1e-6, *,
                            gamma_plus_one: bool = False, norm_rounding: str = "once",
                            algorithm: str = "auto") -> None:
@@ -379,6 +411,7 @@ class Communicator:
         torch.ops.arfusion.fused_add_rms_norm(input, residual, weight, eps, self.name,
                                               gamma_plus_one, norm_rounding, algorithm)
 
+    @_op_errors
     def fused_add_rms_norm_out(self, input, residual, weight, eps: float = 1e-6, *,
                                gamma_plus_one: bool = False, norm_rounding: str = "once",
                                algorithm: str = "auto"):
@@ -387,6 +420,7 @@ class Communicator:
         return torch.ops.arfusion.fused_add_rms_norm_out(input, residual, weight, eps, self.name,
                                                          gamma_plus_one, norm_rounding, algorithm)
 
+    @_op_errors
     def fused_add_rms_norm_quant(self, input, residual, weight, eps: float = 1e-6, *, quant: str,
                                  scale=None, scale_layout: str = "row_major",
                                  scale_format: str = "fp32", with_norm: bool = False,
@@ -400,8 +434,10 @@ class Communicator:
             input, residual, weight, scale, eps, self.name, quant, scale_layout, scale_format,
             with_norm, gamma_plus_one, norm_rounding, algorithm, fallback, scale_rule)
 
+    @_op_errors
     def all_reduce(self, input):
         return torch.ops.arfusion.all_reduce(input, self.name)
 
+    @_op_errors
     def all_reduce_(self, input) -> None:
         torch.ops.arfusion.all_reduce_(input, self.name)

@@ -56,9 +56,18 @@ Ops (T = input.numel() // H rows, H = input.shape[-1]):
 After every call the communicator's asynchronous error is read (no synchronization); a failure of
 the call or an earlier asynchronous error raises arfusion.ArfError (status name, message, first
 lost call).
+
+Kernels: the Python functions below, or, for the ops arfusion.torch._native lists when its C++
+library (csrc/ops_stable.cc, torch's stable ABI) is built and ARFUSION_TORCH_OPS allows it, C++
+kernels with the same checks; ``backend()`` says which. A C++ kernel raises RuntimeError
+("arfusion error [<status>] in <function> (communicator '<name>'...): ..." for library failures,
+"arfusion.<op>: ..." for argument checks); ``translate_error`` gives the ArfError / ValueError the
+Python kernel raises, and the Communicator methods apply it.
 """
 
 from __future__ import annotations
+
+import re
 
 import torch
 
@@ -66,6 +75,7 @@ import arfusion as _arf
 from arfusion import _shapes
 from arfusion._lib import ArfError, Pattern, Status
 
+from . import _native
 from ._comm import get_communicator
 
 NAMESPACE = "arfusion"
@@ -122,7 +132,16 @@ def _rows_hidden(input: torch.Tensor):
     return rows, hidden
 
 
+def _check_activation(input, what: str):
+    # the call's dtype goes to the library as the input's own (a call in another dtype than the
+    # communicator's is refused there); anything but bf16/fp16 is not an activation at all
+    if input.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"arfusion.{what}: input dtype {input.dtype}: the activation dtype is "
+                         "torch.bfloat16 or torch.float16")
+
+
 def _check_common(input, residual, weight, what: str):
+    _check_activation(input, what)
     rows, hidden = _rows_hidden(input)
     if residual is not None:
         if residual.shape != input.shape:
@@ -147,14 +166,14 @@ def _on_device(comm, what: str, **tensors):
                              f"{comm.name!r} on {comm.device}")
 
 
-def _args(comm, pattern: int, hidden: int, weight_dtype, gamma_plus_one: bool, eps: float,
+def _args(comm, pattern: int, dtype, hidden: int, weight_dtype, gamma_plus_one: bool, eps: float,
           norm_rounding: str, algorithm: str, scale_layout: int = 0, scale_format: int = 0,
           fallback: int = 0, scale_rule: str = "divide") -> _arf.arfFusedArgs_t:
-    key = (pattern, hidden, weight_dtype, bool(gamma_plus_one), float(eps), norm_rounding,
+    key = (pattern, dtype, hidden, weight_dtype, bool(gamma_plus_one), float(eps), norm_rounding,
            algorithm, scale_layout, scale_format, fallback, scale_rule)
     args = comm.cached_args(key)
     if args is None:
-        args = comm.shape_args(pattern, hidden, 0, gamma_dtype=weight_dtype,
+        args = comm.shape_args(pattern, hidden, 0, dtype=dtype, gamma_dtype=weight_dtype,
                                gamma_plus_one=gamma_plus_one, eps=eps,
                                norm_rounding=norm_rounding_value(norm_rounding),
                                algorithm=algorithm_value(algorithm), scale_layout=scale_layout,
@@ -197,7 +216,7 @@ def _fused_add_rms_norm(input, residual, weight, eps, comm, gamma_plus_one=False
     if rows == 0:
         return
     weight = weight.contiguous()
-    args = _args(c, Pattern.ResidualRmsNorm, hidden, weight.dtype, gamma_plus_one, eps,
+    args = _args(c, Pattern.ResidualRmsNorm, input.dtype, hidden, weight.dtype, gamma_plus_one, eps,
                  norm_rounding, algorithm)
     x, r = input.data_ptr(), residual.data_ptr()
     _set_pointers(args, num_tokens=rows, input=x, residual_in=r, residual_out=r, norm_out=x,
@@ -223,7 +242,7 @@ def _fused_add_rms_norm_out(input, residual, weight, eps, comm, gamma_plus_one=F
     input = input.contiguous()
     residual = residual.contiguous() if residual is not None else None
     weight = weight.contiguous()
-    args = _args(c, Pattern.ResidualRmsNorm, hidden, weight.dtype, gamma_plus_one, eps,
+    args = _args(c, Pattern.ResidualRmsNorm, input.dtype, hidden, weight.dtype, gamma_plus_one, eps,
                  norm_rounding, algorithm)
     _set_pointers(args, num_tokens=rows, input=input.data_ptr(), residual_in=_ptr(residual),
                   residual_out=res_out.data_ptr(), norm_out=norm.data_ptr(),
@@ -296,8 +315,8 @@ def _fused_add_rms_norm_quant(input, residual, weight, scale, eps, comm, quant,
     input = input.contiguous()
     residual = residual.contiguous() if residual is not None else None
     weight = weight.contiguous()
-    args = _args(c, pattern, hidden, weight.dtype, gamma_plus_one, eps, norm_rounding, algorithm,
-                 layout, fmt, int(fallback), scale_rule)
+    args = _args(c, pattern, input.dtype, hidden, weight.dtype, gamma_plus_one, eps, norm_rounding,
+                 algorithm, layout, fmt, int(fallback), scale_rule)
     _set_pointers(args, num_tokens=rows, input=input.data_ptr(), residual_in=_ptr(residual),
                   residual_out=res_out.data_ptr(), norm_out=norm.data_ptr() if with_norm else None,
                   gamma=weight.data_ptr(), quant_out=q.data_ptr(),
@@ -319,12 +338,13 @@ def _fused_add_rms_norm_quant_fake(input, residual, weight, scale, eps, comm, qu
 
 def _all_reduce(input, comm):
     c = get_communicator(comm)
+    _check_activation(input, "all_reduce")
     _on_device(c, "all_reduce", input=input)
     out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
     if input.numel() == 0:
         return out
     input = input.contiguous()
-    c.launch_all_reduce(input.data_ptr(), out.data_ptr(), input.numel())
+    c.launch_all_reduce(input.data_ptr(), out.data_ptr(), input.numel(), input.dtype)
     return out
 
 
@@ -334,12 +354,13 @@ def _all_reduce_fake(input, comm):
 
 def _all_reduce_(input, comm):
     c = get_communicator(comm)
+    _check_activation(input, "all_reduce_")
     _on_device(c, "all_reduce_", input=input)
     if not input.is_contiguous():
         raise ValueError("arfusion.all_reduce_: the input is written in place and must be contiguous")
     if input.numel() == 0:
         return
-    c.launch_all_reduce(input.data_ptr(), input.data_ptr(), input.numel())
+    c.launch_all_reduce(input.data_ptr(), input.data_ptr(), input.numel(), input.dtype)
 
 
 def _all_reduce__fake(input, comm):
@@ -376,11 +397,16 @@ _IMPLS = {
 
 
 def _register():
+    # Schemas here, once; then the C++ kernels (arfusion.torch._native, per ARFUSION_TORCH_OPS);
+    # the Python kernel for every op the C++ library does not implement; fakes for all.
     lib = torch.library.Library(NAMESPACE, "FRAGMENT")
     for name, schema in SCHEMAS.items():
-        impl, fake = _IMPLS[name]
         lib.define(schema)
-        lib.impl(name, impl, "CUDA")
+    _native.load()
+    for name in SCHEMAS:
+        impl, fake = _IMPLS[name]
+        if name not in _native.native_ops():
+            lib.impl(name, impl, "CUDA")
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=lib)
     return lib
 
@@ -388,10 +414,44 @@ def _register():
 _LIBRARY = _register()  # kept alive for the process: dropping it would unregister the ops
 
 
+def backend() -> dict:
+    """Which implementation the ops run: {"backend": "cpp" | "python", "library", "reason",
+    "native_ops"} (arfusion.torch._native)."""
+    return _native.backend()
+
+
+# "arfusion error [<status>] in <function> (communicator '<name>'[, first lost call N]): <message>",
+# the C++ kernels' form of a library failure (csrc/ops_stable.cc)
+_NATIVE_ERROR = re.compile(r"arfusion error \[(arf\w+)\] in (\w+) \(communicator '([^']*)'"
+                           r"(?:, first lost call (\d+))?\): (.*)", re.S)
+
+
+def translate_error(exc: BaseException) -> BaseException:
+    """The exception an arfusion op raised, as the Python kernels raise it: a C++ kernel's library
+    failure (RuntimeError) becomes the ArfError it stands for, its argument checks ("arfusion.<op>:
+    ...") ValueError; anything else is returned unchanged."""
+    if isinstance(exc, ArfError) or not isinstance(exc, RuntimeError):
+        return exc
+    text = str(exc)
+    m = _NATIVE_ERROR.search(text)
+    if m:
+        status, function, comm, lost, message = m.groups()
+        code = getattr(Status, status[3:], None) if status.startswith("arf") else None
+        if code is not None:
+            # torch may append the C++ throw site; the library's message ends at the first line
+            # that torch added
+            message = message.split("\nException raised from")[0].strip()
+            return ArfError(int(code), message, function, int(lost) if lost else None, comm)
+    m = re.search(r"arfusion\.\w+: .*", text)
+    if m and "arfusion error [" not in text:
+        return ValueError(m.group(0).split("\nException raised from")[0].strip())
+    return exc
+
+
 def op(name: str):
     """The OpOverload torch.ops.arfusion.<name>.default."""
     return getattr(torch.ops.arfusion, name).default
 
 
-__all__ = ["SCHEMAS", "op", "quant_output_spec", "quant_pattern", "QUANT_PATTERNS",
+__all__ = ["SCHEMAS", "op", "backend", "translate_error", "quant_output_spec", "quant_pattern", "QUANT_PATTERNS",
            "SCALE_LAYOUTS", "SCALE_FORMATS", "NORM_ROUNDINGS", "SCALE_RULES"]

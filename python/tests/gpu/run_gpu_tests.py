@@ -52,6 +52,9 @@ def main():
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
           f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}; library "
           f"{arfusion.library_path}", flush=True)
+    import arfusion.torch as aft  # the ranks import it too, with the same ARFUSION_TORCH_OPS
+
+    print(f"ops backend: {aft.ops.backend()}", flush=True)
     env = {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}
     if args.scenarios:
         env["ARF_GPU_SCENARIOS"] = args.scenarios

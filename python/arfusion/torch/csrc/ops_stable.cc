@@ -1,0 +1,338 @@
+// torch.ops.arfusion.{fused_add_rms_norm, fused_add_rms_norm_out, all_reduce, all_reduce_} as CUDA
+// kernels of torch's stable ABI (torch >= 2.10: string arguments), so that an eager call costs a
+// C++ dispatch instead of a Python one. The schemas are defined once, in Python
+// (arfusion/torch/ops.py, SCHEMAS); this library only registers CUDA implementations of the ops
+// listed by arfusion_torch_native_ops(), and ops.py registers its Python implementation for every
+// other op. Checks and messages follow the Python implementations in ops.py.
+//
+// Communicators are named by strings (compiled graphs never hold pointers): Python's
+// Communicator registers its handle here under its name (arfusion_torch_register) and removes it
+// before arfCommDestroy (arfusion_torch_unregister).
+//
+// Errors are std::runtime_error (torch raises RuntimeError). A failure of the library reads
+//   arfusion error [<arfStatus_t name>] in <C function> (communicator '<name>'[, first lost call N]): <message>
+// which arfusion.torch.ops.translate_error turns back into arfusion.ArfError.
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+
+#include <arfusion/arfusion.h>
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+
+// In the C shim, but declared there only under USE_CUDA (a torch build macro).
+extern "C" AOTITorchError aoti_torch_get_current_cuda_stream(int32_t device_index, void** ret_stream);
+
+namespace {
+
+using torch::headeronly::ScalarType;
+using torch::stable::Tensor;
+
+struct RegisteredComm {
+  arfComm_t comm;
+  int32_t device;
+};
+
+std::mutex registry_mutex;
+std::unordered_map<std::string, RegisteredComm>& registry() {
+  static auto* map = new std::unordered_map<std::string, RegisteredComm>();  // never destroyed:
+  return *map;  // a call at interpreter exit must not meet a destroyed map
+}
+
+const char* status_name(arfStatus_t s) {
+  switch (s) {
+    case arfSuccess: return "arfSuccess";
+    case arfInvalidArgument: return "arfInvalidArgument";
+    case arfUnsupported: return "arfUnsupported";
+    case arfCudaError: return "arfCudaError";
+    case arfNcclError: return "arfNcclError";
+    case arfTimeout: return "arfTimeout";
+    case arfInternal: return "arfInternal";
+    case arfCommFailed: return "arfCommFailed";
+  }
+  return "arfUnknownStatus";
+}
+
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
+
+RegisteredComm lookup(const std::string& name) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto it = registry().find(name);
+  if (it == registry().end()) {
+    std::string known;
+    for (const auto& [k, v] : registry()) known += (known.empty() ? "'" : ", '") + k + "'";
+    fail("arfusion: no communicator named '" + name + "' in this process (registered: " +
+         (known.empty() ? std::string("none") : known) +
+         "); create it with arfusion.torch.Communicator.from_group(..., name=...) before running "
+         "the model (a compiled graph refers to communicators by name)");
+  }
+  return it->second;
+}
+
+// The library's failure as an exception: the call's own message, and the communicator's
+// asynchronous error and first lost call when there is one (the Python binding's raise_failure).
+[[noreturn]] void raise_failure(const RegisteredComm& c, const std::string& name, arfStatus_t status,
+                                const char* function) {
+  std::string message = arfGetLastErrorString();
+  arfStatus_t async_status = arfCommGetAsyncError(c.comm);
+  std::string lost;
+  if (async_status != arfSuccess) {
+    std::string async_message = arfGetLastErrorString();
+    uint64_t call = UINT64_MAX;
+    if (arfCommGetFirstLostCall(c.comm, &call) == arfSuccess && call != UINT64_MAX)
+      lost = ", first lost call " + std::to_string(call);
+    if (!async_message.empty() && message.find(async_message) == std::string::npos)
+      message += std::string("; asynchronous error ") + status_name(async_status) + ": " + async_message;
+    if (status == arfCommFailed) status = async_status;  // the cause, not the refusal
+  }
+  fail(std::string("arfusion error [") + status_name(status) + "] in " + function +
+       " (communicator '" + name + "'" + lost + "): " + message);
+}
+
+// After a launch: an asynchronous error seen now (no synchronization) fails this call.
+void check_async(const RegisteredComm& c, const std::string& name) {
+  arfStatus_t status = arfCommGetAsyncError(c.comm);
+  if (status == arfSuccess) return;
+  std::string message = arfGetLastErrorString();
+  uint64_t call = UINT64_MAX;
+  std::string lost;
+  if (arfCommGetFirstLostCall(c.comm, &call) == arfSuccess && call != UINT64_MAX)
+    lost = ", first lost call " + std::to_string(call);
+  fail(std::string("arfusion error [") + status_name(status) + "] in arfCommGetAsyncError (communicator '" +
+       name + "'" + lost + "): " + message);
+}
+
+cudaStream_t current_stream(int32_t device) {
+  void* stream = nullptr;
+  if (aoti_torch_get_current_cuda_stream(device, &stream) != AOTI_TORCH_SUCCESS)
+    fail("arfusion: cannot read torch's current CUDA stream of device " + std::to_string(device));
+  return static_cast<cudaStream_t>(stream);
+}
+
+std::string shape_string(const Tensor& t) {
+  std::string s = "(";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + (t.dim() == 1 ? ",)" : ")");
+}
+
+const char* dtype_name(ScalarType t) {
+  switch (t) {
+    case ScalarType::BFloat16: return "torch.bfloat16";
+    case ScalarType::Half: return "torch.float16";
+    case ScalarType::Float: return "torch.float32";
+    default: return "another dtype";
+  }
+}
+
+std::optional<arfDataType_t> arf_dtype(ScalarType t) {
+  switch (t) {
+    case ScalarType::BFloat16: return arfBFloat16;
+    case ScalarType::Half: return arfFloat16;
+    case ScalarType::Float: return arfFloat32;
+    default: return std::nullopt;
+  }
+}
+
+struct RowsHidden {
+  int64_t rows, hidden;
+};
+
+RowsHidden rows_hidden(const Tensor& input) {
+  if (input.dim() < 1) fail("arfusion: input must have at least one dimension (the hidden size last)");
+  int64_t hidden = input.size(input.dim() - 1);
+  return {hidden != 0 ? input.numel() / hidden : 0, hidden};
+}
+
+RowsHidden check_common(const Tensor& input, const Tensor* residual, const Tensor& weight,
+                        const char* what) {
+  RowsHidden rh = rows_hidden(input);
+  const std::string op = std::string("arfusion.") + what + ": ";
+  if (residual != nullptr) {
+    if (residual->dim() != input.dim() || residual->numel() != input.numel() ||
+        shape_string(*residual) != shape_string(input))
+      fail(op + "residual shape " + shape_string(*residual) + " != input shape " + shape_string(input));
+    if (residual->scalar_type() != input.scalar_type())
+      fail(op + "residual dtype " + dtype_name(residual->scalar_type()) + " != input dtype " +
+           dtype_name(input.scalar_type()));
+  }
+  if (weight.dim() != 1 || weight.size(0) != rh.hidden)
+    fail(op + "weight must be 1-D of the hidden size " + std::to_string(rh.hidden) + ", got shape " +
+         shape_string(weight));
+  if (weight.scalar_type() != input.scalar_type() && weight.scalar_type() != ScalarType::Float)
+    fail(op + "weight dtype " + dtype_name(weight.scalar_type()) + " must be the input's (" +
+         dtype_name(input.scalar_type()) + ") or torch.float32");
+  return rh;
+}
+
+void on_device(const RegisteredComm& c, const std::string& name, const char* what, const char* tensor,
+               const Tensor& t) {
+  if (!t.is_cuda() || t.get_device_index() != c.device)
+    fail(std::string("arfusion.") + what + ": " + tensor + " is on " +
+         (t.is_cuda() ? "cuda:" + std::to_string(t.get_device_index()) : std::string("cpu")) +
+         ", the communicator '" + name + "' on cuda:" + std::to_string(c.device));
+}
+
+arfNormRounding_t norm_rounding_value(const std::string& s) {
+  if (s == "once") return arfNormRoundOnce;
+  if (s == "before_weight") return arfNormRoundBeforeWeight;
+  fail("arfusion: norm_rounding must be one of ('once', 'before_weight'), not '" + s + "'");
+}
+
+arfAlgorithm_t algorithm_value(const std::string& s) {
+  arfAlgorithm_t a;
+  if (arfAlgorithmFromName(s.c_str(), &a) != arfSuccess)
+    fail("arfusion: unknown algorithm '" + s +
+         "' (auto, oneshot_lamport, oneshot_pull, twoshot, unfused, nccl)");
+  return a;
+}
+
+// The activation dtype as the library's: the input's own (a call in another dtype than the
+// communicator's is the library's to refuse, arfInvalidArgument), never the communicator's.
+arfDataType_t activation_dtype(const Tensor& input, const char* what) {
+  ScalarType t = input.scalar_type();
+  if (t != ScalarType::BFloat16 && t != ScalarType::Half)
+    fail(std::string("arfusion.") + what + ": input dtype " + dtype_name(t) +
+         ": the activation dtype is torch.bfloat16 or torch.float16");
+  return *arf_dtype(t);
+}
+
+arfFusedArgs_t norm_args(arfDataType_t dtype, int64_t rows, int64_t hidden, const Tensor& weight,
+                         double eps, bool gamma_plus_one, const std::string& norm_rounding,
+                         const std::string& algorithm) {
+  arfFusedArgs_t a;
+  arfFusedArgsInit(&a);
+  a.pattern = arfPatternResidualRmsNorm;
+  a.algorithm = algorithm_value(algorithm);
+  a.dtype = dtype;
+  a.num_tokens = static_cast<size_t>(rows);
+  a.hidden = static_cast<size_t>(hidden);
+  a.gamma = weight.data_ptr();
+  a.gamma_dtype = *arf_dtype(weight.scalar_type());
+  a.gamma_plus_one = gamma_plus_one ? 1 : 0;
+  a.eps = static_cast<float>(eps);
+  a.norm_rounding = norm_rounding_value(norm_rounding);
+  return a;
+}
+
+void launch(const RegisteredComm& c, const std::string& name, const arfFusedArgs_t& a) {
+  arfStatus_t s = arfFusedAllReduce(c.comm, &a, current_stream(c.device));
+  if (s != arfSuccess) raise_failure(c, name, s, "arfFusedAllReduce");
+  check_async(c, name);
+}
+
+// residual := all_reduce(input) + residual; input := RMSNorm(residual) * weight.
+void fused_add_rms_norm(Tensor input, Tensor residual, Tensor weight, double eps, std::string comm,
+                        bool gamma_plus_one, std::string norm_rounding, std::string algorithm) {
+  RegisteredComm c = lookup(comm);
+  RowsHidden rh = check_common(input, &residual, weight, "fused_add_rms_norm");
+  on_device(c, comm, "fused_add_rms_norm", "input", input);
+  on_device(c, comm, "fused_add_rms_norm", "residual", residual);
+  on_device(c, comm, "fused_add_rms_norm", "weight", weight);
+  if (!input.is_contiguous() || !residual.is_contiguous())
+    fail("arfusion.fused_add_rms_norm: input and residual are written in place and must be contiguous");
+  if (rh.rows == 0) return;
+  Tensor w = torch::stable::contiguous(weight);
+  arfFusedArgs_t a = norm_args(activation_dtype(input, "fused_add_rms_norm"), rh.rows, rh.hidden, w,
+                               eps, gamma_plus_one, norm_rounding, algorithm);
+  a.input = input.data_ptr();
+  a.residual_in = residual.data_ptr();
+  a.residual_out = residual.data_ptr();
+  a.norm_out = input.data_ptr();
+  launch(c, comm, a);
+}
+
+// -> (norm_out, residual_out); residual None: residual_out = all_reduce(input).
+std::tuple<Tensor, Tensor> fused_add_rms_norm_out(Tensor input, std::optional<Tensor> residual,
+                                                  Tensor weight, double eps, std::string comm,
+                                                  bool gamma_plus_one, std::string norm_rounding,
+                                                  std::string algorithm) {
+  RegisteredComm c = lookup(comm);
+  RowsHidden rh = check_common(input, residual ? &*residual : nullptr, weight, "fused_add_rms_norm_out");
+  on_device(c, comm, "fused_add_rms_norm_out", "input", input);
+  if (residual) on_device(c, comm, "fused_add_rms_norm_out", "residual", *residual);
+  on_device(c, comm, "fused_add_rms_norm_out", "weight", weight);
+  Tensor x = torch::stable::contiguous(input);
+  Tensor norm = torch::stable::empty_like(x);
+  Tensor res_out = torch::stable::empty_like(x);
+  if (rh.rows == 0) return {norm, res_out};
+  std::optional<Tensor> r;
+  if (residual) r = torch::stable::contiguous(*residual);
+  Tensor w = torch::stable::contiguous(weight);
+  arfFusedArgs_t a = norm_args(activation_dtype(input, "fused_add_rms_norm_out"), rh.rows, rh.hidden,
+                               w, eps, gamma_plus_one, norm_rounding, algorithm);
+  a.input = x.data_ptr();
+  a.residual_in = r ? r->data_ptr() : nullptr;
+  a.residual_out = res_out.data_ptr();
+  a.norm_out = norm.data_ptr();
+  launch(c, comm, a);
+  return {norm, res_out};
+}
+
+void all_reduce_into(const RegisteredComm& c, const std::string& name, const Tensor& in, void* out) {
+  arfDataType_t dt = activation_dtype(in, "all_reduce");
+  arfStatus_t s = arfAllReduce(c.comm, in.data_ptr(), out, static_cast<size_t>(in.numel()), dt,
+                               current_stream(c.device));
+  if (s != arfSuccess) raise_failure(c, name, s, "arfAllReduce");
+  check_async(c, name);
+}
+
+Tensor all_reduce(Tensor input, std::string comm) {
+  RegisteredComm c = lookup(comm);
+  on_device(c, comm, "all_reduce", "input", input);
+  Tensor x = torch::stable::contiguous(input);
+  Tensor out = torch::stable::empty_like(x);
+  if (x.numel() == 0) return out;
+  all_reduce_into(c, comm, x, out.data_ptr());
+  return out;
+}
+
+void all_reduce_(Tensor input, std::string comm) {
+  RegisteredComm c = lookup(comm);
+  on_device(c, comm, "all_reduce_", "input", input);
+  if (!input.is_contiguous())
+    fail("arfusion.all_reduce_: the input is written in place and must be contiguous");
+  if (input.numel() == 0) return;
+  all_reduce_into(c, comm, input, input.data_ptr());
+}
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY_IMPL(arfusion, CUDA, m) {
+  m.impl("fused_add_rms_norm", TORCH_BOX(&fused_add_rms_norm));
+  m.impl("fused_add_rms_norm_out", TORCH_BOX(&fused_add_rms_norm_out));
+  m.impl("all_reduce", TORCH_BOX(&all_reduce));
+  m.impl("all_reduce_", TORCH_BOX(&all_reduce_));
+}
+
+// The C side Python uses (ctypes) to learn what this library implements and to name communicators.
+extern "C" {
+
+__attribute__((visibility("default"))) const char* arfusion_torch_native_ops() {
+  return "fused_add_rms_norm,fused_add_rms_norm_out,all_reduce,all_reduce_";
+}
+
+__attribute__((visibility("default"))) unsigned arfusion_torch_native_api_version() {
+  return ARF_API_VERSION;  // the header this library was built against
+}
+
+// 0: registered; 1: the name is taken.
+__attribute__((visibility("default"))) int arfusion_torch_register(const char* name, void* comm,
+                                                                   int device) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  bool inserted = registry().emplace(name, RegisteredComm{static_cast<arfComm_t>(comm), device}).second;
+  return inserted ? 0 : 1;
+}
+
+__attribute__((visibility("default"))) void arfusion_torch_unregister(const char* name) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry().erase(name);
+}
+
+}  // extern "C"
