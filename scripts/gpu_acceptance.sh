@@ -19,7 +19,7 @@
 #   ctest     ctest -L gpu (ARF_CTEST_EXCLUDE: a regex of tests to leave out)
 #   python    the torch integration: compile-pass graph dump, then python/tests/run_gpu_tests.sh
 #             (ARF_PYTHON_ARGS, e.g. "--worlds 2,4,8"), the FP8 scale probe, the op-overhead bench
-#   native    the C++ (stable-ABI) ops: build them (python3 -m arfusion.torch._native), the
+#   native    the C++ (stable-ABI) ops: build them (python3 -m arfusion.torch.build_ops), the
 #             op-overhead bench with each backend, the Python GPU tests with ARFUSION_TORCH_OPS=cpp
 #             (ARF_NATIVE_ARGS, default "--worlds 2")
 #   e2e       the end-to-end decoder: bench/e2e/run.sh ${ARF_E2E_ARGS:---quick} (results under bench/results)
@@ -94,7 +94,7 @@ for stage in "$@"; do
       timeout 200 python3 python/tools/bench_op_overhead.py "$out/log/op_overhead.json" > "$out/log/op_overhead.txt" 2>&1
       echo "op overhead: exit $?"; tail -15 "$out/log/op_overhead.txt" ;;
     native)
-      timeout 180 python3 -m arfusion.torch._native > "$out/log/native_build.txt" 2>&1
+      timeout 180 python3 -m arfusion.torch.build_ops > "$out/log/native_build.txt" 2>&1
       echo "native ops build: exit $?"; tail -3 "$out/log/native_build.txt"
       for b in python cpp; do
         ARFUSION_TORCH_OPS=$b timeout 200 python3 python/tools/bench_op_overhead.py \

@@ -15,7 +15,7 @@ The library is ``$ARFUSION_TORCH_OPS_LIBRARY`` when set, else ``arfusion_torch_o
 ``default_build_dir()``. Build it once per machine and torch install (it needs a C++ compiler, the CUDA
 toolkit's headers and the arfusion header; it links the libarfusion.so this package loads):
 
-    python3 -m arfusion.torch._native            # or arfusion.torch._native.build()
+    python3 -m arfusion.torch.build_ops          # or arfusion.torch._native.build()
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def load() -> None:
     if _torch_version() < MIN_TORCH:
         reason = f"torch {torch.__version__} < 2.10 (the stable ABI has no strings before)"
     elif not path.exists():
-        reason = f"{path} is not built (python3 -m arfusion.torch._native)"
+        reason = f"{path} is not built (python3 -m arfusion.torch.build_ops)"
     if reason is None:
         try:
             torch.ops.load_library(str(path))
@@ -163,10 +163,3 @@ def unregister_comm(name: str) -> None:
     cdll = _state["cdll"]
     if cdll is not None:
         cdll.arfusion_torch_unregister(name.encode())
-
-
-if __name__ == "__main__":
-    import sys
-
-    p = build(sys.argv[1] if len(sys.argv) > 1 else None, verbose=True)
-    print(f"built {p}")
