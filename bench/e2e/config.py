@@ -5,7 +5,8 @@ Pure Python (no torch): tested on the CPU by bench/e2e/tests (ctest e2e_cpu). Th
 
 Presets (an explicit option overrides the preset's value):
   full  (default)  TP 1,2,4,8; L=80; decode batches 1..256; prefill 512/2048/8192; 200 replays
-  quick            TP 2; L=80; decode batches 1,32; prefill 512; 30 replays (not for the record)
+  quick            TP 2; L=8; 32 gated decode steps; decode batches 1,32; prefill 512; 30 replays
+                   (a smoke of every variant and gate, minutes on one GPU; not for the record)
   ctest            TP 2; L=2; gates only, 16 decode steps (the GPU ctest e2e_gpu)
 """
 
@@ -135,8 +136,10 @@ PRESETS = {
                  prefill_tokens=[512, 2048, 8192], replays=200, prefill_replays=200, warmup=20,
                  gate_steps=128, prompt_tokens=32, context=2048, gate_algorithms=list(ALGORITHMS),
                  time_shared=False, gates_only=False, deadline=6 * 3600.0),
-    "quick": dict(tp=[2], layers=80, decode_batches=[1, 32], prefill_tokens=[512], replays=30,
-                  prefill_replays=10, warmup=5, gate_steps=128, prompt_tokens=32, context=2048,
+    # quick fits one 10-minute call on one GPU: two time-sliced processes pay a GPU time slice per
+    # collective (~4.6 ms), so L=80 x 128 steps took ~90 s per gated variant (ten of them)
+    "quick": dict(tp=[2], layers=8, decode_batches=[1, 32], prefill_tokens=[512], replays=30,
+                  prefill_replays=10, warmup=5, gate_steps=32, prompt_tokens=32, context=2048,
                   gate_algorithms=["unfused"], time_shared=True, gates_only=False,
                   deadline=3600.0),
     "ctest": dict(tp=[2], layers=2, decode_batches=[], prefill_tokens=[], replays=0,

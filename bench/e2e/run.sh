@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The end-to-end TP decoder benchmark and accuracy gate, one command (from anywhere):
-#   bash bench/e2e/run.sh --quick        # gates (TP 2, L=80, 128 decode steps) + a short timing
+#   bash bench/e2e/run.sh --quick        # smoke: gates (TP 2, L=8, 32 decode steps) + a short timing
 #   bash bench/e2e/run.sh                # full: TP 1,2,4,8, all shapes, 200 replays
 #   bash bench/e2e/run.sh --ctest        # what ctest e2e_gpu runs (2 layers, TP 2, gates only)
 # Every option of tp_decoder.py passes through (bash bench/e2e/run.sh --help).
