@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pathlib
+import warnings
 
 import torch
 
@@ -136,6 +137,10 @@ def load() -> None:
     if reason is not None:
         if mode == "cpp":
             raise ImportError(f"arfusion: ARFUSION_TORCH_OPS=cpp, but {reason}")
+        if path.exists() and _torch_version() >= MIN_TORCH:
+            # built but unusable: say so (an unbuilt library is the documented default, not news)
+            warnings.warn(f"arfusion: the C++ op kernels are not used: {reason}; running the "
+                          "Python kernels", RuntimeWarning, stacklevel=2)
         _state.update(backend="python", reason=reason)
         return
     ops = frozenset(cdll.arfusion_torch_native_ops().decode().split(","))
