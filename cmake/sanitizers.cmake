@@ -28,6 +28,9 @@ function(arf_apply_sanitizers)
     get_target_property(type ${target} TYPE)
     if(type MATCHES "^(STATIC_LIBRARY|OBJECT_LIBRARY|SHARED_LIBRARY|EXECUTABLE)$")
       target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${compile_flags}>)
+      # tests that enumerate billions of arithmetic cases sample them here (the unsanitized
+      # build, which CI runs too, enumerates them all)
+      target_compile_definitions(${target} PRIVATE ARF_SANITIZED_BUILD=1)
     endif()
     if(type MATCHES "^(SHARED_LIBRARY|EXECUTABLE)$")
       # The host compiler links (for CUDA-language executables too), so it takes the flag as is.
