@@ -89,7 +89,7 @@ def _op_errors(method):
         try:
             return method(self, *args, **kwargs)
         except RuntimeError as e:
-            from .ops import translate_error
+            from ._errors import translate_error
 
             t = translate_error(e)
             if t is e:

@@ -67,8 +67,6 @@ Python kernel raises, and the Communicator methods apply it.
 
 from __future__ import annotations
 
-import re
-
 import torch
 
 import arfusion as _arf
@@ -77,6 +75,7 @@ from arfusion._lib import ArfError, Pattern, Status
 
 from . import _native
 from ._comm import get_communicator
+from ._errors import translate_error
 
 NAMESPACE = "arfusion"
 
@@ -420,38 +419,10 @@ def backend() -> dict:
     return _native.backend()
 
 
-# "arfusion error [<status>] in <function> (communicator '<name>'[, first lost call N]): <message>",
-# the C++ kernels' form of a library failure (csrc/ops_stable.cc)
-_NATIVE_ERROR = re.compile(r"arfusion error \[(arf\w+)\] in (\w+) \(communicator '([^']*)'"
-                           r"(?:, first lost call (\d+))?\): (.*)", re.S)
-
-
-def translate_error(exc: BaseException) -> BaseException:
-    """The exception an arfusion op raised, as the Python kernels raise it: a C++ kernel's library
-    failure (RuntimeError) becomes the ArfError it stands for, its argument checks ("arfusion.<op>:
-    ...") ValueError; anything else is returned unchanged."""
-    if isinstance(exc, ArfError) or not isinstance(exc, RuntimeError):
-        return exc
-    text = str(exc)
-    m = _NATIVE_ERROR.search(text)
-    if m:
-        status, function, comm, lost, message = m.groups()
-        code = getattr(Status, status[3:], None) if status.startswith("arf") else None
-        if code is not None:
-            # torch may append the C++ throw site; the library's message ends at the first line
-            # that torch added
-            message = message.split("\nException raised from")[0].strip()
-            return ArfError(int(code), message, function, int(lost) if lost else None, comm)
-    m = re.search(r"arfusion\.\w+: .*", text)
-    if m and "arfusion error [" not in text:
-        return ValueError(m.group(0).split("\nException raised from")[0].strip())
-    return exc
-
-
 def op(name: str):
     """The OpOverload torch.ops.arfusion.<name>.default."""
     return getattr(torch.ops.arfusion, name).default
 
 
-__all__ = ["SCHEMAS", "op", "backend", "translate_error", "quant_output_spec", "quant_pattern", "QUANT_PATTERNS",
-           "SCALE_LAYOUTS", "SCALE_FORMATS", "NORM_ROUNDINGS", "SCALE_RULES"]
+__all__ = ["SCHEMAS", "op", "backend", "translate_error", "quant_output_spec", "quant_pattern",
+           "QUANT_PATTERNS", "SCALE_LAYOUTS", "SCALE_FORMATS", "NORM_ROUNDINGS", "SCALE_RULES"]

@@ -301,6 +301,25 @@ def core(ctx, quick=False):
             _require(e.status == "arfInvalidArgument", e)
         else:
             raise AssertionError("an fp16 call on a bf16 communicator was accepted")
+        # the call's dtype is the input's own: the library refuses one that is not the
+        # communicator's (it once got the communicator's dtype and read the data wrongly)
+        try:
+            comm.all_reduce(xf)
+        except arfusion.ArfError as e:
+            _require(e.status == "arfInvalidArgument" and "dtype" in e.message, e)
+        else:
+            raise AssertionError("an fp16 all_reduce on a bf16 communicator was accepted")
+        x32 = torch.zeros(4, 1024, dtype=torch.float32, device=dev)
+        for what, call in (("all_reduce", lambda: comm.all_reduce(x32)),
+                           ("all_reduce_", lambda: comm.all_reduce_(x32)),
+                           ("fused_add_rms_norm_out",
+                            lambda: comm.fused_add_rms_norm_out(x32, x32.clone(), x32[0].clone(), eps))):
+            try:
+                call()
+            except ValueError as e:
+                _require("activation dtype" in str(e), e)
+            else:
+                raise AssertionError(f"a float32 {what} was accepted")
         xs = _rank_inputs(ctx.world, 3, 1024, dtype, SEED + 80)
         y = comm.all_reduce(xs[ctx.rank].to(dev))
         torch.cuda.synchronize()
