@@ -4,6 +4,8 @@
 #  - python_gpu (label gpu): arfusion.torch on a GPU (python/tests/run_gpu_tests.sh: N = 2, 4, 8
 #    processes on one GPU, torch >= 2.6); exit 77 = skipped (no torch >= 2.6 or no GPU), with a
 #    "SKIPPED: ..." line. $ARF_PYTHON (default python3 on PATH) is the interpreter that has torch.
+#  - python_gpu_cpp_ops (label gpu): the same scenarios through the ops' C++ kernels (torch's
+#    stable ABI, built into <build>/torch_ops by the test; torch >= 2.10, else skipped).
 # Not registered in sanitizer builds: an ASan-instrumented library cannot load into a plain
 # Python interpreter.
 if(NOT ARF_BUILD_TESTS OR ARF_SANITIZE)
@@ -26,3 +28,7 @@ set_tests_properties(python_cpu PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "$
 add_test(NAME python_gpu COMMAND bash ${ARF_PYTHON_DIR}/tests/run_gpu_tests.sh)
 set_tests_properties(python_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 1500
   ENVIRONMENT "${ARF_PYTHON_ENV}")
+
+add_test(NAME python_gpu_cpp_ops COMMAND bash ${ARF_PYTHON_DIR}/tests/run_gpu_tests_cpp_ops.sh)
+set_tests_properties(python_gpu_cpp_ops PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 1500
+  ENVIRONMENT "${ARF_PYTHON_ENV};ARFUSION_TORCH_OPS_DIR=${CMAKE_BINARY_DIR}/torch_ops")
