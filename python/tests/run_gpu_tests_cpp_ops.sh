@@ -2,7 +2,8 @@
 # The Python GPU tests again with the ops' C++ kernels (ctest: python_gpu_cpp_ops, label gpu):
 # builds them (python3 -m arfusion.torch.build_ops into $ARFUSION_TORCH_OPS_DIR, default
 # build/torch_ops) and runs gpu/run_gpu_tests.py with ARFUSION_TORCH_OPS=cpp, so every scenario
-# goes through them where they exist (the quantized op stays Python); the pass forms run once, in
+# goes through them where they exist (the quantized op stays Python unless ARF_TORCH_OPS_QUANT=1);
+# the pass forms run once, in
 # python_gpu. Options pass through (--worlds, --scenarios, --json).
 # Exit 77 (skipped) without torch >= 2.10 (the stable ABI's string arguments) or a GPU, with a
 # "SKIPPED: ..." line.
@@ -34,5 +35,8 @@ if not torch.cuda.is_available():
 PY
 if [[ $rc -ne 0 ]]; then exit "$rc"; fi
 export ARFUSION_TORCH_OPS_DIR="${ARFUSION_TORCH_OPS_DIR:-$repo/build/torch_ops}"
-"$py" -m arfusion.torch.build_ops "$ARFUSION_TORCH_OPS_DIR"
+# ARF_TORCH_OPS_QUANT=1: the quantized op's C++ kernel too (opt-in until it has run on a GPU)
+quant=()
+if [[ ${ARF_TORCH_OPS_QUANT:-0} == 1 ]]; then quant=(--with-quant); fi
+"$py" -m arfusion.torch.build_ops "$ARFUSION_TORCH_OPS_DIR" ${quant[@]+"${quant[@]}"}
 ARFUSION_TORCH_OPS=cpp exec "$py" "$here/gpu/run_gpu_tests.py" --no-forms "$@"

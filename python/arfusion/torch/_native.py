@@ -66,10 +66,13 @@ def _torch_version() -> tuple[int, int]:
         return (0, 0)
 
 
-def build(build_dir: str | os.PathLike | None = None, verbose: bool = False) -> pathlib.Path:
+def build(build_dir: str | os.PathLike | None = None, verbose: bool = False,
+          quant: bool = False) -> pathlib.Path:
     """Compiles csrc/ops_stable.cc against this torch's headers and the libarfusion.so this
     package loads ($CXX, default g++); returns the library's path. Nothing is loaded into this
-    process (a process that has imported arfusion.torch keeps the implementations it chose)."""
+    process (a process that has imported arfusion.torch keeps the implementations it chose).
+    quant: also the C++ kernel of fused_add_rms_norm_quant (-DARF_TORCH_OPS_QUANT; opt-in until
+    it has run on a GPU)."""
     import shutil
     import subprocess
 
@@ -88,7 +91,7 @@ def build(build_dir: str | os.PathLike | None = None, verbose: bool = False) -> 
     cxx = os.environ.get("CXX") or shutil.which("g++") or "c++"
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
     cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden",
-           f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+           f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *(["-DARF_TORCH_OPS_QUANT=1"] if quant else []),
            f"-I{_include_dir()}", f"-I{torch_dir / 'include'}", f"-I{pathlib.Path(cuda_home) / 'include'}",
            str(SOURCE), "-o", str(out) + ".tmp",
            f"-L{torch_dir / 'lib'}", "-ltorch_cpu", "-ltorch_cuda", "-lc10",

@@ -1,4 +1,5 @@
-// torch.ops.arfusion.{fused_add_rms_norm, fused_add_rms_norm_out, all_reduce, all_reduce_} as CUDA
+// torch.ops.arfusion.{fused_add_rms_norm, fused_add_rms_norm_out, all_reduce, all_reduce_} (and,
+// built with -DARF_TORCH_OPS_QUANT, fused_add_rms_norm_quant) as CUDA
 // kernels of torch's stable ABI (torch >= 2.10: string arguments), so that an eager call costs a
 // C++ dispatch instead of a Python one. The schemas are defined once, in Python
 // (arfusion/torch/ops.py, SCHEMAS); this library only registers CUDA implementations of the ops
@@ -26,6 +27,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 // In the C shim, but declared there only under USE_CUDA (a torch build macro).
 extern "C" AOTITorchError aoti_torch_get_current_cuda_stream(int32_t device_index, void** ret_stream);
@@ -302,6 +304,139 @@ void all_reduce_(Tensor input, std::string comm) {
   all_reduce_into(c, comm, input, input.data_ptr());
 }
 
+#ifdef ARF_TORCH_OPS_QUANT
+// ---- fused_add_rms_norm_quant: built only with -DARF_TORCH_OPS_QUANT (build_ops --with-quant)
+// until it has run on a GPU. Output shapes follow arfusion/_shapes.py quant_output_spec (the
+// fake implementation's rules); scale_out covers every byte arfScaleBufferBytes counts.
+
+struct QuantSpec {
+  arfPattern_t pattern;
+  arfScaleLayout_t layout;
+  arfScaleFormat_t format;
+  std::vector<int64_t> q_shape, s_shape;
+  ScalarType q_dtype, s_dtype;
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+QuantSpec quant_spec(const Tensor& input, const std::string& quant, const std::string& layout,
+                     const std::string& format, int64_t rows, int64_t hidden) {
+  const std::string op = "arfusion.fused_add_rms_norm_quant: ";
+  QuantSpec q;
+  int64_t block = 0;
+  if (quant == "fp8_per_tensor") q.pattern = arfPatternResidualRmsNormFp8PerTensor;
+  else if (quant == "fp8_per_token") q.pattern = arfPatternResidualRmsNormFp8PerToken;
+  else if (quant == "fp8_per_group") q.pattern = arfPatternResidualRmsNormFp8PerGroup, block = 128;
+  else if (quant == "nvfp4") q.pattern = arfPatternResidualRmsNormNvfp4, block = 16;
+  else if (quant == "mxfp4") q.pattern = arfPatternResidualRmsNormMxfp4, block = 32;
+  else fail(op + "unknown quant '" + quant + "' (fp8_per_tensor, fp8_per_token, fp8_per_group, nvfp4, mxfp4)");
+  if (layout == "row_major") q.layout = arfScaleRowMajor;
+  else if (layout == "mn_major") q.layout = arfScaleMnMajor;
+  else if (layout == "swizzled_128x4") q.layout = arfScaleSwizzled128x4;
+  else fail(op + "unknown scale_layout '" + layout + "' (row_major, mn_major, swizzled_128x4)");
+  if (format == "fp32") q.format = arfScaleFp32;
+  else if (format == "ue8m0_as_fp32") q.format = arfScaleUe8m0AsFp32;
+  else if (format == "ue8m0_packed") q.format = arfScaleUe8m0Packed;
+  else fail(op + "unknown scale_format '" + format + "' (fp32, ue8m0_as_fp32, ue8m0_packed)");
+  const bool group = q.pattern == arfPatternResidualRmsNormFp8PerGroup;
+  const bool fp4 = q.pattern == arfPatternResidualRmsNormNvfp4 || q.pattern == arfPatternResidualRmsNormMxfp4;
+  if (block != 0 && hidden % block != 0)
+    fail(op + quant + " needs hidden % " + std::to_string(block) + " == 0 (hidden " + std::to_string(hidden) + ")");
+  if (q.format != arfScaleFp32 && !group) fail(op + "scale_format '" + format + "' is for fp8_per_group only");
+  if (q.layout == arfScaleMnMajor && !group) fail(op + "scale_layout 'mn_major' is for fp8_per_group only");
+  if (q.layout == arfScaleSwizzled128x4 && !fp4)
+    fail(op + "scale_layout 'swizzled_128x4' is for nvfp4 / mxfp4 only");
+  for (int64_t d = 0; d + 1 < input.dim(); ++d) q.q_shape.push_back(input.size(d));
+  q.q_shape.push_back(fp4 ? hidden / 2 : hidden);
+  q.q_dtype = fp4 ? ScalarType::Byte : ScalarType::Float8_e4m3fn;
+  if (q.pattern == arfPatternResidualRmsNormFp8PerTensor) {
+    q.s_shape = {0};
+    q.s_dtype = ScalarType::Float;
+  } else if (q.pattern == arfPatternResidualRmsNormFp8PerToken) {
+    q.s_shape = {rows, 1};
+    q.s_dtype = ScalarType::Float;
+  } else if (group) {
+    const int64_t cols = hidden / 128;
+    const bool packed = q.format == arfScaleUe8m0Packed;
+    q.s_dtype = packed ? ScalarType::Byte : ScalarType::Float;
+    if (q.layout == arfScaleRowMajor) q.s_shape = {rows, cols};
+    else if (packed) q.s_shape = {ceil_div(cols, 4), 4 * round_up(rows, 4)};
+    else q.s_shape = {cols, round_up(rows, 4)};
+  } else {
+    const int64_t cols = hidden / block;
+    q.s_dtype = q.pattern == arfPatternResidualRmsNormNvfp4 ? ScalarType::Float8_e4m3fn : ScalarType::Byte;
+    if (q.layout == arfScaleRowMajor) q.s_shape = {rows, cols};
+    else q.s_shape = {round_up(rows, 128), round_up(cols, 4)};
+  }
+  return q;
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> fused_add_rms_norm_quant(
+    Tensor input, std::optional<Tensor> residual, Tensor weight, std::optional<Tensor> scale, double eps,
+    std::string comm, std::string quant, std::string scale_layout, std::string scale_format,
+    bool with_norm, bool gamma_plus_one, std::string norm_rounding, std::string algorithm,
+    int64_t fallback, std::string scale_rule) {
+  const char* what = "fused_add_rms_norm_quant";
+  const std::string op = std::string("arfusion.") + what + ": ";
+  RegisteredComm c = lookup(comm);
+  RowsHidden rh = check_common(input, residual ? &*residual : nullptr, weight, what);
+  const bool needs_scale = quant == "fp8_per_tensor" || quant == "nvfp4";
+  if (needs_scale) {
+    if (!scale) fail(op + quant + " needs `scale` (a float32 device tensor of one element)");
+    if (scale->scalar_type() != ScalarType::Float || scale->numel() != 1)
+      fail(op + "`scale` must be a float32 tensor of one element, got " + dtype_name(scale->scalar_type()) +
+           " with " + std::to_string(scale->numel()) + " elements");
+  } else if (scale) {
+    fail(op + quant + " takes no input `scale`");
+  }
+  arfFp8ScaleRule_t rule = arfFp8ScaleDivide;
+  if (scale_rule == "times_reciprocal") rule = arfFp8ScaleTimesReciprocal;
+  else if (scale_rule != "divide")
+    fail("arfusion: unknown scale_rule '" + scale_rule + "' (one of 'divide', 'times_reciprocal')");
+  if (rule != arfFp8ScaleDivide && quant != "fp8_per_token" && quant != "fp8_per_group")
+    fail(op + "scale_rule '" + scale_rule + "' applies to fp8_per_token and fp8_per_group only, not " + quant);
+  on_device(c, comm, what, "input", input);
+  if (residual) on_device(c, comm, what, "residual", *residual);
+  on_device(c, comm, what, "weight", weight);
+  if (scale) on_device(c, comm, what, "scale", *scale);
+  const QuantSpec q = quant_spec(input, quant, scale_layout, scale_format, rh.rows, rh.hidden);
+  Tensor x = torch::stable::contiguous(input);
+  Tensor q_out = torch::stable::new_empty(x, q.q_shape, q.q_dtype);
+  Tensor s_out = torch::stable::new_empty(x, q.s_shape, q.s_dtype);
+  Tensor res_out = torch::stable::empty_like(x);
+  Tensor norm = with_norm ? torch::stable::empty_like(x) : torch::stable::new_empty(x, {0});
+  if (rh.rows == 0) return {q_out, s_out, res_out, norm};
+  const size_t expected = arfScaleBufferBytes(q.pattern, q.layout, q.format, static_cast<size_t>(rh.rows),
+                                              static_cast<size_t>(rh.hidden));
+  const size_t have = static_cast<size_t>(s_out.numel()) * (q.s_dtype == ScalarType::Float ? 4 : 1);
+  if (have != expected)
+    fail(std::string("arfusion error [arfInternal] in ") + what + " (communicator '" + comm +
+         "'): scale_out of " + std::to_string(have) + " bytes, arfScaleBufferBytes says " +
+         std::to_string(expected) + " (" + quant + ", " + scale_layout + ", " + scale_format +
+         ", T=" + std::to_string(rh.rows) + ", H=" + std::to_string(rh.hidden) + ")");
+  std::optional<Tensor> r;
+  if (residual) r = torch::stable::contiguous(*residual);
+  Tensor w = torch::stable::contiguous(weight);
+  arfFusedArgs_t a = norm_args(activation_dtype(input, what), rh.rows, rh.hidden, w, eps, gamma_plus_one,
+                               norm_rounding, algorithm);
+  a.pattern = q.pattern;
+  a.scale_layout = q.layout;
+  a.scale_format = q.format;
+  a.fallback = static_cast<arfFallbackLevel_t>(fallback);
+  a.scale_rule = rule;
+  a.input = x.data_ptr();
+  a.residual_in = r ? r->data_ptr() : nullptr;
+  a.residual_out = res_out.data_ptr();
+  a.norm_out = with_norm ? norm.data_ptr() : nullptr;
+  a.quant_out = q_out.data_ptr();
+  a.scale_out = expected ? s_out.data_ptr() : nullptr;
+  a.scale_in = scale ? static_cast<const float*>(scale->data_ptr()) : nullptr;
+  launch(c, comm, a);
+  return {q_out, s_out, res_out, norm};
+}
+#endif  // ARF_TORCH_OPS_QUANT
+
 }  // namespace
 
 STABLE_TORCH_LIBRARY_IMPL(arfusion, CUDA, m) {
@@ -309,13 +444,20 @@ STABLE_TORCH_LIBRARY_IMPL(arfusion, CUDA, m) {
   m.impl("fused_add_rms_norm_out", TORCH_BOX(&fused_add_rms_norm_out));
   m.impl("all_reduce", TORCH_BOX(&all_reduce));
   m.impl("all_reduce_", TORCH_BOX(&all_reduce_));
+#ifdef ARF_TORCH_OPS_QUANT
+  m.impl("fused_add_rms_norm_quant", TORCH_BOX(&fused_add_rms_norm_quant));
+#endif
 }
 
 // The C side Python uses (ctypes) to learn what this library implements and to name communicators.
 extern "C" {
 
 __attribute__((visibility("default"))) const char* arfusion_torch_native_ops() {
+#ifdef ARF_TORCH_OPS_QUANT
+  return "fused_add_rms_norm,fused_add_rms_norm_out,all_reduce,all_reduce_,fused_add_rms_norm_quant";
+#else
   return "fused_add_rms_norm,fused_add_rms_norm_out,all_reduce,all_reduce_";
+#endif
 }
 
 __attribute__((visibility("default"))) unsigned arfusion_torch_native_api_version() {
