@@ -161,8 +161,9 @@ RowsHidden check_common(const Tensor& input, const Tensor* residual, const Tenso
   RowsHidden rh = rows_hidden(input);
   const std::string op = std::string("arfusion.") + what + ": ";
   if (residual != nullptr) {
-    if (residual->dim() != input.dim() || residual->numel() != input.numel() ||
-        shape_string(*residual) != shape_string(input))
+    bool same = residual->dim() == input.dim();
+    for (int64_t d = 0; same && d < input.dim(); ++d) same = residual->size(d) == input.size(d);
+    if (!same)
       fail(op + "residual shape " + shape_string(*residual) + " != input shape " + shape_string(input));
     if (residual->scalar_type() != input.scalar_type())
       fail(op + "residual dtype " + dtype_name(residual->scalar_type()) + " != input dtype " +
