@@ -21,6 +21,7 @@ toolkit's headers and the arfusion header; it links the libarfusion.so this pack
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import pathlib
 import warnings
@@ -66,6 +67,20 @@ def _torch_version() -> tuple[int, int]:
         return (0, 0)
 
 
+def source_stamp(schemas: str) -> str:
+    """What a build of the C++ kernels depends on: their source, the arfusion header and the
+    schemas they implement (a library built from other ones reads another stack layout)."""
+    h = hashlib.sha256()
+    h.update(SOURCE.read_bytes())
+    h.update((_include_dir() / "arfusion" / "arfusion.h").read_bytes())
+    h.update(schemas.encode())
+    return h.hexdigest()
+
+
+def _stamp_path(library: pathlib.Path) -> pathlib.Path:
+    return library.with_name(library.name + ".stamp")
+
+
 def build(build_dir: str | os.PathLike | None = None, verbose: bool = False,
           quant: bool = False) -> pathlib.Path:
     """Compiles csrc/ops_stable.cc against this torch's headers and the libarfusion.so this
@@ -103,12 +118,17 @@ def build(build_dir: str | os.PathLike | None = None, verbose: bool = False,
     if done.returncode != 0:
         raise RuntimeError(f"arfusion: building the C++ ops failed ({cxx}, exit {done.returncode}):\n"
                            f"{done.stderr[-6000:]}")
+    from .ops import SCHEMAS
+
+    _stamp_path(out).write_text(source_stamp(repr(SCHEMAS)) + "\n")
     os.replace(str(out) + ".tmp", out)  # a process loading the old library never sees half a file
     return out
 
 
-def load() -> None:
-    """Loads the C++ ops per ARFUSION_TORCH_OPS (module docstring); records the outcome."""
+def load(schemas: str = "") -> None:
+    """Loads the C++ ops per ARFUSION_TORCH_OPS (module docstring); records the outcome. schemas:
+    repr of ops.SCHEMAS, which with the sources must match the library's build stamp (a library
+    left from other sources, e.g. before a pull, is not used)."""
     mode = os.environ.get("ARFUSION_TORCH_OPS", "auto").strip().lower() or "auto"
     if mode not in ("auto", "cpp", "python"):
         raise ImportError(f"arfusion: ARFUSION_TORCH_OPS={mode!r}: auto, cpp or python")
@@ -121,6 +141,15 @@ def load() -> None:
         reason = f"torch {torch.__version__} < 2.10 (the stable ABI has no strings before)"
     elif not path.exists():
         reason = f"{path} is not built (python3 -m arfusion.torch.build_ops)"
+    else:
+        stamp = _stamp_path(path)
+        try:
+            built_from = stamp.read_text().strip() if stamp.exists() else ""
+            if built_from != source_stamp(schemas):
+                reason = (f"{path} was built from other sources or schemas than this package's "
+                          f"(stamp {stamp}): rebuild it (python3 -m arfusion.torch.build_ops)")
+        except OSError as e:
+            reason = f"cannot check {path}'s build stamp: {e}"
     if reason is None:
         try:
             torch.ops.load_library(str(path))

@@ -401,7 +401,7 @@ def _register():
     lib = torch.library.Library(NAMESPACE, "FRAGMENT")
     for name, schema in SCHEMAS.items():
         lib.define(schema)
-    _native.load()
+    _native.load(repr(SCHEMAS))
     for name in SCHEMAS:
         impl, fake = _IMPLS[name]
         if name not in _native.native_ops():

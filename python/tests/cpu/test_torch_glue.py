@@ -120,11 +120,18 @@ class NativeChoice(unittest.TestCase):
             else:
                 sys.modules["torch"] = saved_torch
 
-    def _with_env(self, mod, **env):
+    def _stamped(self, mod, version, stamp=None):
+        """The fake library of `version` with a build stamp (default: the one load() expects)."""
+        path = self.libs[version]
+        (path.parent / (path.name + ".stamp")).write_text(
+            (mod.source_stamp("") if stamp is None else stamp) + "\n")
+        return str(path)
+
+    def _with_env(self, mod, schemas="", **env):
         old = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:
-            mod.load()
+            mod.load(schemas)
         finally:
             for k, v in old.items():
                 if v is None:
@@ -157,7 +164,7 @@ class NativeChoice(unittest.TestCase):
 
     def test_a_built_library_is_loaded_and_names_its_ops(self):
         mod, loaded = self._native()
-        path = str(self.libs[_lib.ARF_API_VERSION])
+        path = self._stamped(mod, _lib.ARF_API_VERSION)
         self._with_env(mod, ARFUSION_TORCH_OPS="cpp", ARFUSION_TORCH_OPS_LIBRARY=path)
         b = mod.backend()
         self.assertEqual((b["backend"], b["library"], loaded), ("cpp", path, [path]))
@@ -169,13 +176,28 @@ class NativeChoice(unittest.TestCase):
 
     def test_an_older_build_is_refused_loudly(self):
         mod, _ = self._native()
-        path = str(self.libs[_lib.ARF_API_VERSION - 1])
+        path = self._stamped(mod, _lib.ARF_API_VERSION - 1)
         with self.assertWarnsRegex(RuntimeWarning, "not used: .*API version"):
             self._with_env(mod, ARFUSION_TORCH_OPS_LIBRARY=path)
         self.assertEqual(mod.backend()["backend"], "python")
         self.assertEqual(mod.native_ops(), frozenset())
         with self.assertRaisesRegex(ImportError, "rebuild"):
             self._with_env(mod, ARFUSION_TORCH_OPS="cpp", ARFUSION_TORCH_OPS_LIBRARY=path)
+
+    def test_a_build_from_other_sources_is_not_loaded(self):
+        for stamp in ("0" * 64, ""):  # another build's stamp; none (e.g. a library copied alone)
+            mod, loaded = self._native()
+            path = self._stamped(mod, _lib.ARF_API_VERSION, stamp=stamp)
+            with self.assertWarnsRegex(RuntimeWarning, "other sources or schemas"):
+                self._with_env(mod, ARFUSION_TORCH_OPS_LIBRARY=path)
+            self.assertEqual((mod.backend()["backend"], loaded), ("python", []))  # never dlopen'd
+            with self.assertRaisesRegex(ImportError, "rebuild it"):
+                self._with_env(mod, ARFUSION_TORCH_OPS="cpp", ARFUSION_TORCH_OPS_LIBRARY=path)
+        mod, _ = self._native()
+        path = self._stamped(mod, _lib.ARF_API_VERSION)
+        with self.assertWarnsRegex(RuntimeWarning, "other sources or schemas"):  # same sources,
+            self._with_env(mod, "schemas of another ops.py", ARFUSION_TORCH_OPS_LIBRARY=path)  # other schemas
+        self.assertIn("other sources or schemas", mod.backend()["reason"])
 
     def test_torch_before_2_10_runs_the_python_kernels(self):
         mod, loaded = self._native(torch_version="2.9.1")
