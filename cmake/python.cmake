@@ -32,7 +32,7 @@ add_test(NAME python_gpu COMMAND bash ${ARF_PYTHON_DIR}/tests/run_gpu_tests.sh)
 set_tests_properties(python_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 1500
   ENVIRONMENT "${ARF_PYTHON_ENV}")
 
-add_test(NAME python_gpu_cpp_ops COMMAND bash ${ARF_PYTHON_DIR}/tests/run_gpu_tests_cpp_ops.sh)
+add_test(NAME python_gpu_cpp_ops COMMAND bash ${ARF_PYTHON_DIR}/tests/run_gpu_tests.sh --cpp-ops)
 set_tests_properties(python_gpu_cpp_ops PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 1500
   ENVIRONMENT "${ARF_PYTHON_ENV};ARFUSION_TORCH_OPS_DIR=${CMAKE_BINARY_DIR}/torch_ops")
 

@@ -20,8 +20,8 @@
 #   python    the torch integration: compile-pass graph dump, then python/tests/run_gpu_tests.sh
 #             (ARF_PYTHON_ARGS, e.g. "--worlds 2,4,8"), the FP8 scale probe, the op-overhead bench
 #   native    the C++ (stable-ABI) ops: build them (python3 -m arfusion.torch.build_ops), the
-#             op-overhead bench with each backend, python/tests/run_gpu_tests_cpp_ops.sh
-#             (ARF_NATIVE_ARGS, default "--worlds 2")
+#             op-overhead bench with each backend, python/tests/run_gpu_tests.sh --cpp-ops
+#             (ARF_NATIVE_ARGS, default "--worlds 2"; add --with-quant for the quantized op's kernel)
 #   e2e       the end-to-end decoder: bench/e2e/run.sh ${ARF_E2E_ARGS:---quick} (results under bench/results)
 #   perf      world-1 epilogues against torch.compile (bench_world1.sh, bench_world1_quant.sh)
 #   build     configure and build ./build here (a snapshot from scripts/snapshot_for_device.sh)
@@ -101,7 +101,7 @@ for stage in "$@"; do
           "$out/log/op_overhead_$b.json" > "$out/log/op_overhead_$b.txt" 2>&1
         echo "op overhead ($b ops): exit $?"; grep -E "^(ctypes|op_|comm_)" "$out/log/op_overhead_$b.txt"
       done
-      timeout 400 bash python/tests/run_gpu_tests_cpp_ops.sh ${ARF_NATIVE_ARGS:---worlds 2} \
+      timeout 400 bash python/tests/run_gpu_tests.sh --cpp-ops ${ARF_NATIVE_ARGS:---worlds 2} \
         > "$out/log/python_gpu_cpp_ops.txt" 2>&1
       echo "python gpu tests (cpp ops): exit $?"; grep -E "^ops backend|^(FAIL|SKIP)|passed|failed" "$out/log/python_gpu_cpp_ops.txt" | tail -12 ;;
     build)

@@ -3,6 +3,7 @@
 time-sliced, over the ipc transport; with several GPUs rank r uses GPU r % count).
 
     python3 python/tests/gpu/run_gpu_tests.py [--worlds 2,4,8] [--scenarios core,graphs] [--json FILE]
+                                              [--cpp-ops [--with-quant]]
 
 Needs torch >= 2.6 with CUDA and a built libarfusion.so ($ARFUSION_LIBRARY, or the package's own
 lookup). Exit 0 all passed, 1 a failure, 77 skipped ("SKIPPED: ..." says why). Scenarios per
@@ -27,6 +28,12 @@ def main():
     ap.add_argument("--json", default=None, help="write every verdict here")
     ap.add_argument("--deadline", type=float, default=600.0, help="seconds per world size")
     ap.add_argument("--no-forms", action="store_true", help="skip pass_forms.py (one process)")
+    ap.add_argument("--cpp-ops", action="store_true",
+                    help="build the ops' C++ kernels (into $ARFUSION_TORCH_OPS_DIR, default "
+                         "build/torch_ops) and run every scenario through them "
+                         "(ARFUSION_TORCH_OPS=cpp; needs torch >= 2.10); implies --no-forms")
+    ap.add_argument("--with-quant", action="store_true",
+                    help="with --cpp-ops: the quantized op's C++ kernel too (opt-in)")
     args = ap.parse_args()
 
     try:
@@ -41,6 +48,22 @@ def main():
     if not torch.cuda.is_available():
         print("SKIPPED: no CUDA device visible", flush=True)
         return 77
+    if args.cpp_ops:
+        if major_minor < (2, 10):
+            print(f"SKIPPED: torch {torch.__version__} < 2.10 (the C++ op kernels need the stable "
+                  "ABI's string arguments)", flush=True)
+            return 77
+        import subprocess
+
+        repo = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+        build_dir = os.environ.setdefault("ARFUSION_TORCH_OPS_DIR",
+                                          os.path.join(repo, "build", "torch_ops"))
+        # in its own process: this one (and the ranks, which inherit the environment) must import
+        # arfusion.torch only once the library exists
+        subprocess.run([sys.executable, "-m", "arfusion.torch.build_ops", build_dir]
+                       + (["--with-quant"] if args.with_quant else []), check=True)
+        os.environ["ARFUSION_TORCH_OPS"] = "cpp"
+        args.no_forms = True  # the pass forms do not depend on the kernels: python_gpu runs them
     try:
         import arfusion  # noqa: F401 - the library must load before spawning ranks
     except ImportError as e:
