@@ -137,7 +137,8 @@ PRESETS = {
                  gate_steps=128, prompt_tokens=32, context=2048, gate_algorithms=list(ALGORITHMS),
                  time_shared=False, gates_only=False, deadline=6 * 3600.0),
     # quick fits one 10-minute call on one GPU: two time-sliced processes pay a GPU time slice per
-    # collective (~4.6 ms), so L=80 x 128 steps took ~90 s per gated variant (ten of them)
+    # collective: L=80 x 128 steps took ~90 s per gated variant (ten of them; ~4.6 ms per
+    # collective, derived from 160 collectives a step)
     "quick": dict(tp=[2], layers=8, decode_batches=[1, 32], prefill_tokens=[512], replays=30,
                   prefill_replays=10, warmup=5, gate_steps=32, prompt_tokens=32, context=2048,
                   gate_algorithms=["unfused"], time_shared=True, gates_only=False,
