@@ -19,11 +19,8 @@
 namespace arf::quant {
 namespace {
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
+// the bits of a float: quant_formats.h's float_to_bits
+uint32_t bits(float f) { return float_to_bits(f); }
 
 // Run-time operands (volatile), so the compiler folds nothing: the arithmetic is the machine's
 // fp32 IEEE operations (FLT_EVAL_METHOD 0 on the CPU builds: cpu_reference.cc checks).
@@ -79,10 +76,7 @@ TEST(Fp8ScaleRule, EachRuleIsItsFormulaThenTheFloor) {
   uint64_t state = 0x5eed;
   for (int i = 0; i < (1 << 22); ++i) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
-    const uint32_t u = static_cast<uint32_t>(state >> 32);
-    float f;
-    std::memcpy(&f, &u, sizeof(f));
-    inputs.push_back(f);
+    inputs.push_back(bits_to_float(static_cast<uint32_t>(state >> 32)));
   }
   for (const float edge : {0.0f, -0.0f, 0x1p-10f, std::nextafter(0x1p-10f, 0.0f), 0x1p-9f,
                            std::nextafter(0x1p-9f, 1.0f), 448.0f, 0x1p-149f,
