@@ -78,6 +78,13 @@ RegisteredComm lookup(const std::string& name) {
   return it->second;
 }
 
+// ", first lost call N" once the communicator has an asynchronous error, else "".
+std::string first_lost_call_text(const RegisteredComm& c) {
+  uint64_t call = UINT64_MAX;
+  if (arfCommGetFirstLostCall(c.comm, &call) != arfSuccess || call == UINT64_MAX) return "";
+  return ", first lost call " + std::to_string(call);
+}
+
 // The library's failure as an exception: the call's own message, and the communicator's
 // asynchronous error and first lost call when there is one (the Python binding's raise_failure).
 [[noreturn]] void raise_failure(const RegisteredComm& c, const std::string& name, arfStatus_t status,
@@ -87,9 +94,7 @@ RegisteredComm lookup(const std::string& name) {
   std::string lost;
   if (async_status != arfSuccess) {
     std::string async_message = arfGetLastErrorString();
-    uint64_t call = UINT64_MAX;
-    if (arfCommGetFirstLostCall(c.comm, &call) == arfSuccess && call != UINT64_MAX)
-      lost = ", first lost call " + std::to_string(call);
+    lost = first_lost_call_text(c);
     if (!async_message.empty() && message.find(async_message) == std::string::npos)
       message += std::string("; asynchronous error ") + status_name(async_status) + ": " + async_message;
     if (status == arfCommFailed) status = async_status;  // the cause, not the refusal
@@ -103,12 +108,8 @@ void check_async(const RegisteredComm& c, const std::string& name) {
   arfStatus_t status = arfCommGetAsyncError(c.comm);
   if (status == arfSuccess) return;
   std::string message = arfGetLastErrorString();
-  uint64_t call = UINT64_MAX;
-  std::string lost;
-  if (arfCommGetFirstLostCall(c.comm, &call) == arfSuccess && call != UINT64_MAX)
-    lost = ", first lost call " + std::to_string(call);
   fail(std::string("arfusion error [") + status_name(status) + "] in arfCommGetAsyncError (communicator '" +
-       name + "'" + lost + "): " + message);
+       name + "'" + first_lost_call_text(c) + "): " + message);
 }
 
 // torch::stable::contiguous is a dispatcher call even for a contiguous tensor (~1 us of host
