@@ -185,6 +185,31 @@ constexpr KernelKey epilogue_kernel_key(DType dtype, Pattern pattern, int vecs, 
   return key;
 }
 
+// Rows staged through shared memory (streaming_epilogue.cuh, stream_staged_rows): the kernels that
+// wait for no peer (world 1, the local epilogue) with a residual-add epilogue (norm, norm +
+// quantization) at <= 2 vectors per thread. Each CTA keeps kStagedRows rows of input and
+// residual_in in flight in shared memory instead of registers. The host passes the buffer as
+// dynamic shared memory (staged_rows_smem_bytes) and the device side asserts, per built kernel, that
+// its epilogue type stages exactly where this says (kernel_row.cuh).
+inline constexpr int kStagedRows = 3;
+constexpr bool stages_rows(const KernelKey& key) {
+  const bool streaming = key.kernel == KernelKind::kLocalEpilogue || key.world == 1;
+  const bool residual_epilogue = key.pattern != Pattern::kAllReduce && key.patterns != PatternSet::kQuantOnly;
+  return streaming && residual_epilogue && key.vecs <= 2;
+}
+// Dynamic shared memory of a launch of `key` over rows of row_elems columns (0 unless it stages):
+// kStagedRows x (input row + residual_in row).
+constexpr size_t staged_rows_smem_bytes(const KernelKey& key, int row_elems) {
+  if (!stages_rows(key)) return 0;
+  const size_t row_vecs = static_cast<size_t>((row_elems + kElemsPerVec - 1) / kElemsPerVec);
+  return static_cast<size_t>(kStagedRows) * 2 * row_vecs * 16;
+}
+// The most any staged launch takes (rows of kMaxBlockThreads x 2 vectors): set once per kernel as
+// its dynamic shared memory limit (launch.cu, preload_kernels). Two CTAs per SM (kMinCtasPerSm)
+// must fit in an SM's 227 KiB.
+inline constexpr size_t kMaxStagedRowsSmemBytes = static_cast<size_t>(kStagedRows) * 2 * kMaxBlockThreads * 2 * 16;
+static_assert(kMaxStagedRowsSmemBytes * kMinCtasPerSm + 1024 <= 227 * 1024);
+
 // The host side of a built kernel: its key and its entry point (a kernel takes KernelParams by
 // value). Each row's entries come from its translation unit (kernel_row.cuh, row_kernels); the
 // launcher indexes all of them by key (launch.cu).

@@ -135,17 +135,21 @@ int epilogue_grid(const LaunchPlan& plan, const KernelParams& params) {
   return static_cast<int>(std::clamp<int64_t>(plan.epilogue_grid, 1, std::min<int64_t>(rows, kMaxProtocolFreeGrid)));
 }
 
-// <<<grid, block, 0, stream>>>(params), or the same through cudaLaunchKernelEx with the
+// <<<grid, block, smem, stream>>>(params), or the same through cudaLaunchKernelEx with the
 // programmatic-stream-serialization attribute when params.programmatic_launch (kernels/pdl.cuh).
-cudaError_t launch_kernel(KernelFn kernel, int grid, int block, const KernelParams& params, cudaStream_t stream) {
+// smem: the dynamic shared memory of `key` over the call's rows (kernel_set.h,
+// staged_rows_smem_bytes; 0 for most kernels).
+cudaError_t launch_kernel(KernelFn kernel, const KernelKey& key, int grid, int block, const KernelParams& params,
+                          cudaStream_t stream) {
+  const size_t smem = staged_rows_smem_bytes(key, params.row_elems);
   if (!params.programmatic_launch) {
-    kernel<<<grid, block, 0, stream>>>(params);
+    kernel<<<grid, block, smem, stream>>>(params);
     return cudaGetLastError();
   }
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(grid));
   config.blockDim = dim3(static_cast<unsigned>(block));
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -170,7 +174,7 @@ Status launch_chain(const LaunchPlan& plan, Pattern pattern, const CallKernels& 
                     const std::array<KernelFn, 2>& fns, const KernelParams& params, cudaStream_t stream,
                     const BetweenKernels& between_kernels) {
   if (call.chain == KernelChain::kOneKernel) {
-    return check_launch("all-reduce kernel", launch_kernel(fns[0], plan.grid, plan.block, params, stream));
+    return check_launch("all-reduce kernel", launch_kernel(fns[0], call.keys[0], plan.grid, plan.block, params, stream));
   }
   KernelParams first = params;
   if (call.chain == KernelChain::kUnfused) {
@@ -180,13 +184,14 @@ Status launch_chain(const LaunchPlan& plan, Pattern pattern, const CallKernels& 
   } else if (first.norm_out == nullptr) {
     first.norm_out = params.scratch;
   }
-  ARF_RETURN_IF_ERROR(check_launch("all-reduce kernel", launch_kernel(fns[0], plan.grid, plan.block, first, stream)));
+  ARF_RETURN_IF_ERROR(
+      check_launch("all-reduce kernel", launch_kernel(fns[0], call.keys[0], plan.grid, plan.block, first, stream)));
   if (call.count == 1) return Status::ok();  // unfused allreduce: no epilogue
   if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
   KernelParams second = params;
   second.input = call.chain == KernelChain::kUnfused ? first.allreduce_out : first.norm_out;
   return check_launch("epilogue kernel",
-                      launch_kernel(fns[1], epilogue_grid(plan, second), plan.block, second, stream));
+                      launch_kernel(fns[1], call.keys[1], epilogue_grid(plan, second), plan.block, second, stream));
 }
 
 // One CTA per rank sharing a GPU, before each collective kernel: protocol.cuh, shared_device_gate.
@@ -247,7 +252,7 @@ Status launch_epilogue(const LaunchPlan& plan, Pattern pattern, DType dtype, con
   Result<std::array<KernelFn, 2>> fns = find_kernels(call);
   if (!fns.is_ok()) return fns.status();
   return check_launch("epilogue kernel",
-                      launch_kernel(fns.value()[0], epilogue_grid(plan, params), plan.block, params, stream));
+                      launch_kernel(fns.value()[0], call.keys[0], epilogue_grid(plan, params), plan.block, params, stream));
 }
 
 Status preload_kernels(int world, DType dtype) {
@@ -262,7 +267,14 @@ Status preload_kernels(int world, DType dtype) {
   }
   for (const KernelEntry& e : kernel_table().entries()) {
     if (e.key.dtype != dtype || (e.key.world != 0 && e.key.world != world)) continue;
-    ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(e.fn)));
+    const void* fn = reinterpret_cast<const void*>(e.fn);
+    ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, fn));
+    // Staged rows take more than the default 48 KiB of dynamic shared memory (set per device:
+    // the communicator's device is current here).
+    if (stages_rows(e.key)) {
+      ARF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    static_cast<int>(kMaxStagedRowsSmemBytes)));
+    }
   }
   return Status::ok();
 }

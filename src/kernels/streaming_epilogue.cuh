@@ -1,24 +1,28 @@
 // The row loop of every kernel without a protocol (world 1: oneshot_lamport_kernel<T, 1, E>; the
 // second kernel of a split call: local_epilogue_kernel): a persistent grid of at most
 // kMinCtasPerSm CTAs per SM (policy.h, protocol_free_grid_cap) streams rows b, b + G, ... and
-// keeps the memory system busy across the rows' reductions:
-//  - software pipelining: at the top of each row the next row's input and residual_in are loaded
-//    into a second set of registers, so they are in flight while this row reduces, normalises and
-//    stores (one CTA per row left HBM idle from a row's last load to the next CTA's first);
-//  - per-CTA state (gamma in registers, scale_in, scale addressing: the epilogue's cta_state) is
-//    loaded once, not once a row;
-//  - one barrier per block reduction (AlternatingReducer).
-// The epilogue code, the thread -> element map (RowSlice) and the block shape are those of the
-// kernels that wait for peers, so every path still writes the same bits (row_epilogue.cuh).
+// keeps the memory system busy across the rows' reductions, in one of three ways:
+//  - staged rows (the residual-add epilogues at <= 2 vectors per thread: kernel_set.h,
+//    stages_rows): kStagedRows rows of input and residual_in per CTA are copied into shared memory
+//    by cp.async, so kStagedRows - 1 rows are in flight while one is reduced, normalised and stored,
+//    without registers held for them (registers cap the CTAs per SM, and so the bytes in flight,
+//    of the register-prefetching loop: on one H200, hidden 8192, 4096 tokens, 79.4 -> 78.0 us for
+//    the norm and 88.0 -> 79.5 us for FP8 per-group; bench/experiments/stream_variants.cu);
+//  - software pipelining (the other epilogues at <= 2 vectors): at the top of each row the next
+//    row's input and residual_in are loaded into a second set of registers;
+//  - neither (four vectors per thread, hidden > 8192: no registers for a second row, no shared
+//    memory for kStagedRows rows at two CTAs per SM); the second CTA of the SM overlaps.
+// In every way per-CTA state (gamma in registers, scale_in, scale addressing: the epilogue's
+// cta_state) is loaded once, not once a row, and a block reduction costs one barrier
+// (AlternatingReducer). The epilogue code, the thread -> element map (RowSlice) and the block
+// shape are those of the kernels that wait for peers, so every path still writes the same bits
+// (row_epilogue.cuh).
 //
-// Aliasing: the next row's loads may be issued before this row's stores because rows are
+// Aliasing: the next rows' loads may be issued before this row's stores because rows are
 // disjoint; within a row each thread reads its positions before it writes the aliased outputs
 // (norm_out == input, residual_out == residual_in, allreduce_out == input), so no address is read
-// after a write, which is what makes the non-coherent loads legal (ld_stream_v4).
-//
-// Four vectors per thread (hidden > 8192) cannot hold a second row in 64 registers; those
-// instantiations load each row at the top of its own iteration (no pipelining) and rely on the
-// second CTA of the SM for overlap.
+// after a write, which is what makes the non-coherent loads legal (ld_stream_v4) and the staged
+// rows' copies current.
 #pragma once
 
 #include "kernels/row_epilogue.cuh"
@@ -39,11 +43,80 @@ __device__ __forceinline__ void load_row_input(const KernelParams& p, const RowS
   }
 }
 
+// 16-byte copies global -> shared that complete asynchronously (cp.async, through L2 only: the
+// rows are read once). A thread's copies are complete, and visible to that thread, once its
+// cp.async.wait_group has returned for their group.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>  // returns once at most kPending of this thread's groups are incomplete
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Whether stream_rows stages an epilogue's rows through shared memory: the device half of
+// kernel_set.h's stages_rows (kernel_row.cuh asserts that the two agree for every built kernel).
+template <typename Epilogue>
+inline constexpr bool kStagesRows =
+    Epilogue::kVecs <= 2 && requires(typename Epilogue::Prefetch pre) { pre.residual[0]; };
+
+// Staged rows. Stage j of the CTA's dynamic shared memory holds one row's input vectors, then its
+// residual_in vectors, at the row's vector indices, so each thread copies and later reads only its
+// own positions (RowSlice): its own wait_group makes them visible to it and no barrier is needed.
+// Iteration i copies row i + kStagedRows - 1 into the stage row i - 1 used: that row's values were
+// consumed (stored) in iteration i - 1, so its shared-memory reads are complete. Every thread
+// commits one group per iteration, empty past the last row, so "all but kStagedRows - 1 groups
+// complete" always means "this row's group complete".
 template <typename Epilogue, bool kCanonical>
-__device__ __forceinline__ void stream_rows(const KernelParams& p) {
-  static_assert(RowEpilogue<Epilogue>);
+__device__ __forceinline__ void stream_staged_rows(const KernelParams& p) {
   constexpr int kVecs = Epilogue::kVecs;
-  constexpr bool kPipelined = kVecs <= 2;
+  extern __shared__ uint4 staged_rows[];  // kStagedRows x 2 x row_vecs (kernel_set.h)
+  const int row_vecs = p.row_elems / kElemsPerVec;
+  const bool has_residual = p.residual_in != nullptr;
+  const int grid = static_cast<int>(gridDim.x);
+  auto stage_of = [&](int i) { return staged_rows + static_cast<size_t>(i % kStagedRows) * 2 * row_vecs; };
+  auto copy_row = [&](int row, uint4* stage) {
+    if (row < p.num_rows) {
+      const RowSlice s = row_slice(p, row);
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        if (!s.owns(k)) continue;
+        cp_async_16(stage + s.vec(k), elem_ptr(p.input, s.elem(k)));
+        if (has_residual) cp_async_16(stage + row_vecs + s.vec(k), elem_ptr(p.residual_in, s.elem(k)));
+      }
+    }
+    cp_async_commit();
+  };
+  Epilogue::write_scale_padding(p);
+  const typename Epilogue::Cta cta = Epilogue::cta_state(p);
+  AlternatingReducer red;
+  int row = static_cast<int>(blockIdx.x);
+#pragma unroll
+  for (int j = 0; j < kStagedRows - 1; ++j) copy_row(row + j * grid, stage_of(j));
+  for (int i = 0; row < p.num_rows; ++i, row += grid) {  // row < 2^31: grid <= num_rows
+    copy_row(row + (kStagedRows - 1) * grid, stage_of(i + kStagedRows - 1));
+    cp_async_wait<kStagedRows - 1>();
+    const RowSlice s = row_slice(p, row);
+    const uint4* stage = stage_of(i);
+    uint4 in[kVecs];
+    typename Epilogue::Prefetch pre;  // a streaming residual-add epilogue prefetches residual_in only
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (!s.owns(k)) continue;
+      in[k] = kCanonical ? canonicalize(stage[s.vec(k)]) : stage[s.vec(k)];
+      if (has_residual) pre.residual[k] = stage[row_vecs + s.vec(k)];
+    }
+    Epilogue::apply(p, s, in, pre, cta, red);
+  }
+}
+
+// Rows through registers. kPipelined: load the next row while this one is processed (where the
+// registers allow it); without it each row is loaded at the top of its own iteration.
+template <typename Epilogue, bool kCanonical, bool kPipelined = (Epilogue::kVecs <= 2)>
+__device__ __forceinline__ void stream_register_rows(const KernelParams& p) {
+  constexpr int kVecs = Epilogue::kVecs;
   using Prefetch = typename Epilogue::Prefetch;
   Epilogue::write_scale_padding(p);
   const typename Epilogue::Cta cta = Epilogue::cta_state(p);
@@ -83,6 +156,16 @@ __device__ __forceinline__ void stream_rows(const KernelParams& p) {
       const Prefetch pre = Epilogue::prefetch(p, s, cta);
       Epilogue::apply(p, s, in, pre, cta, red);
     }
+  }
+}
+
+template <typename Epilogue, bool kCanonical>
+__device__ __forceinline__ void stream_rows(const KernelParams& p) {
+  static_assert(RowEpilogue<Epilogue>);
+  if constexpr (kStagesRows<Epilogue>) {
+    stream_staged_rows<Epilogue, kCanonical>(p);
+  } else {
+    stream_register_rows<Epilogue, kCanonical>(p);
   }
 }
 

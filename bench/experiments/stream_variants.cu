@@ -1,0 +1,317 @@
+// Launch-shape experiment for the world-1 streaming kernel: the library's epilogue code
+// (ResidualRmsNormEpilogue and the FP8 per-group epilogue, unchanged) under several row loops and
+// launch shapes, timed against each other in one process on the same buffers, and checked bitwise
+// against the register-pipelined loop (the library's loop before rows were staged). The block size,
+// and so the reduction order, is the same in every variant; what changes is where the next rows
+// wait (registers, or the library's staged rows in shared memory: streaming_epilogue.cuh), how
+// many CTAs an SM holds (__launch_bounds__ min blocks, hence the register cap; a capped variant
+// that spills shows what spilling costs), and the grid (one wave of resident CTAs, or one CTA per
+// row).
+//
+//   nvcc -std=c++20 -O3 -arch=sm_90 -Isrc -Iinclude --expt-relaxed-constexpr \
+//     bench/experiments/stream_variants.cu -o build/stream_variants
+//   build/stream_variants [--tokens 512,2048,4096,16384] [--hidden 8192] [--repeats 7] [--iters 50]
+//
+// Prints one line per (pattern, tokens, variant): median us per call (eager launches; at small
+// token counts the launch rate, not the kernel, sets the figure), min..max over the repeats, bytes
+// moved per call over the time as a share of the device-to-device copy bandwidth measured in the
+// same run, and whether every output matched the reference variant's bits.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/quant_epilogue.cuh"
+#include "kernels/kernel_set.h"
+#include "kernels/streaming_epilogue.cuh"
+
+namespace {
+
+using arf::KernelParams;
+using T = __nv_bfloat16;
+
+#define CHECK(x)                                                                       \
+  do {                                                                                 \
+    cudaError_t e_ = (x);                                                              \
+    if (e_ != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+
+// Rows through registers (stream_register_rows: the library's loop before rows were staged).
+template <typename E, bool kPipe, int kMinBlocks>
+__global__ void __launch_bounds__(arf::kMaxBlockThreads, kMinBlocks) variant_kernel(const KernelParams p) {
+  arf::stream_register_rows<E, true, kPipe>(p);
+}
+
+// The library's loop (stream_rows: staged rows for these epilogues), with its launch bounds.
+template <typename E>
+__global__ void __launch_bounds__(arf::kMaxBlockThreads, arf::kMinCtasPerSm) library_kernel(const KernelParams p) {
+  arf::stream_rows<E, true>(p);
+}
+
+enum class GridRule { kPersistent, kPerRow };
+
+struct Variant {
+  const char* name;
+  void (*fn)(KernelParams);
+  int ctas_per_sm;  // the grid of a persistent variant: ctas_per_sm * SMs
+  GridRule grid;
+  int stages = 0;  // row buffers in dynamic shared memory (the library's staged rows)
+};
+
+template <typename E>
+std::vector<Variant> variants() {
+  static_assert(arf::kStagesRows<E>);
+  return {
+      {"registers_pipelined_2", &variant_kernel<E, true, 2>, 2, GridRule::kPersistent},
+      {"library (staged)", &library_kernel<E>, arf::kMinCtasPerSm, GridRule::kPersistent, arf::kStagedRows},
+      {"registers_plain_2", &variant_kernel<E, false, 2>, 2, GridRule::kPersistent},
+      {"registers_pipelined_3", &variant_kernel<E, true, 3>, 3, GridRule::kPersistent},
+      {"registers_plain_2_per_row", &variant_kernel<E, false, 2>, 2, GridRule::kPerRow},
+  };
+}
+
+struct Set {  // one call's buffers
+  void *input, *residual_in, *residual_out, *norm_out, *quant_out, *scale_out;
+};
+
+struct Args {
+  std::vector<int> tokens{512, 2048, 4096, 16384};
+  int hidden = 8192;
+  int repeats = 7;
+  int iters = 50;
+};
+
+std::vector<int> parse_list(const char* s) {
+  std::vector<int> v;
+  for (const char* q = s; *q;) {
+    v.push_back(std::atoi(q));
+    while (*q && *q != ',') ++q;
+    if (*q == ',') ++q;
+  }
+  return v;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--tokens") a.tokens = parse_list(argv[i + 1]);
+    else if (k == "--hidden") a.hidden = std::atoi(argv[i + 1]);
+    else if (k == "--repeats") a.repeats = std::atoi(argv[i + 1]);
+    else if (k == "--iters") a.iters = std::atoi(argv[i + 1]);
+    else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); std::exit(2); }
+  }
+  return a;
+}
+
+double copy_gbps() {
+  const size_t bytes = size_t{1} << 30;
+  void *a, *b;
+  CHECK(cudaMalloc(&a, bytes));
+  CHECK(cudaMalloc(&b, bytes));
+  CHECK(cudaMemset(a, 1, bytes));
+  CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 5; ++i) {
+    CHECK(cudaEventRecord(e0));
+    CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float t;
+    CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(b));
+  return 2.0 * bytes / (ms[2] * 1e-3) / 1e9;
+}
+
+// Distinct pseudo-random bf16 values in about [-4, 4) per (seed, index), written on the device.
+__global__ void fill_kernel(T* out, size_t elems, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < elems;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ (seed * 0x9e3779b9u) ^ static_cast<uint32_t>(i >> 32);
+    h ^= h >> 16; h *= 0x85ebca6bu; h ^= h >> 13; h *= 0xc2b2ae35u; h ^= h >> 16;
+    out[i] = __float2bfloat16(static_cast<float>(h >> 8) * (8.0f / 16777216.0f) - 4.0f);
+  }
+}
+
+void fill_random(void* dev, size_t elems, uint32_t seed) {
+  fill_kernel<<<1024, 256>>>(static_cast<T*>(dev), elems, seed);
+  CHECK(cudaGetLastError());
+}
+
+std::vector<char> fetch(const void* dev, size_t bytes) {
+  std::vector<char> h(bytes);
+  CHECK(cudaMemcpy(h.data(), dev, bytes, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+struct Pattern {
+  const char* name;
+  std::vector<Variant> vs;
+  bool quant;
+};
+
+void run_pattern(const Pattern& pat, const Args& a, int sms, double copy) {
+  const int kSets = 4;
+  void* gamma;
+  CHECK(cudaMalloc(&gamma, a.hidden * sizeof(T)));
+  fill_random(gamma, a.hidden, 7);
+  for (int tokens : a.tokens) {
+    const size_t elems = static_cast<size_t>(tokens) * a.hidden;
+    const size_t scale_bytes = static_cast<size_t>(tokens) * (a.hidden / 128) * sizeof(float);
+    std::vector<Set> sets(kSets);
+    for (int i = 0; i < kSets; ++i) {
+      Set& s = sets[i];
+      CHECK(cudaMalloc(&s.input, elems * sizeof(T)));
+      CHECK(cudaMalloc(&s.residual_in, elems * sizeof(T)));
+      CHECK(cudaMalloc(&s.residual_out, elems * sizeof(T)));
+      CHECK(cudaMalloc(&s.norm_out, elems * sizeof(T)));
+      s.quant_out = nullptr;
+      s.scale_out = nullptr;
+      if (pat.quant) {
+        CHECK(cudaMalloc(&s.quant_out, elems));
+        CHECK(cudaMalloc(&s.scale_out, scale_bytes));
+      }
+      fill_random(s.input, elems, 100 + i);
+      fill_random(s.residual_in, elems, 200 + i);
+    }
+    auto params = [&](const Set& s) {
+      KernelParams p{};
+      p.rank = 0;
+      p.world = 1;
+      p.num_elems = static_cast<int64_t>(elems);
+      p.row_elems = a.hidden;
+      p.num_rows = tokens;
+      p.input = s.input;
+      p.residual_in = s.residual_in;
+      p.residual_out = s.residual_out;
+      p.norm_out = pat.quant ? nullptr : s.norm_out;
+      p.gamma = gamma;
+      p.eps = 1e-6f;
+      p.quant_out = s.quant_out;
+      p.scale_out = s.scale_out;
+      p.scale_layout = 0;
+      p.scale_format = arf::kScaleFormatFp32;
+      p.fallback_level = 1;
+      return p;
+    };
+    const int block = std::min(arf::kMaxBlockThreads, (a.hidden / arf::kElemsPerVec + 31) / 32 * 32);
+    auto grid_of = [&](const Variant& v) {
+      return v.grid == GridRule::kPerRow ? tokens : std::min(tokens, v.ctas_per_sm * sms);
+    };
+    auto smem_of = [&](const Variant& v) {
+      return static_cast<size_t>(v.stages) * 2 * (a.hidden / arf::kElemsPerVec) * sizeof(uint4);
+    };
+    for (const Variant& v : pat.vs) {
+      if (v.stages > 0) {
+        CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(v.fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(smem_of(v))));
+      }
+    }
+    auto launch = [&](const Variant& v, const Set& s) {
+      v.fn<<<grid_of(v), block, smem_of(v)>>>(params(s));
+    };
+    // Bitwise check against the library shape (variant 0) on every set's outputs.
+    std::vector<std::vector<char>> ref;
+    std::vector<bool> same(pat.vs.size(), true);
+    for (size_t vi = 0; vi < pat.vs.size(); ++vi) {
+      for (int i = 0; i < kSets; ++i) {
+        const Set& s = sets[i];
+        CHECK(cudaMemset(s.residual_out, 0xff, elems * sizeof(T)));  // poison
+        if (pat.quant) {
+          CHECK(cudaMemset(s.quant_out, 0xff, elems));
+          CHECK(cudaMemset(s.scale_out, 0xff, scale_bytes));
+        } else {
+          CHECK(cudaMemset(s.norm_out, 0xff, elems * sizeof(T)));
+        }
+        launch(pat.vs[vi], s);
+        CHECK(cudaGetLastError());
+        CHECK(cudaDeviceSynchronize());
+        std::vector<char> out = fetch(s.residual_out, elems * sizeof(T));
+        std::vector<char> o2 = pat.quant ? fetch(s.quant_out, elems) : fetch(s.norm_out, elems * sizeof(T));
+        out.insert(out.end(), o2.begin(), o2.end());
+        if (pat.quant) {
+          std::vector<char> o3 = fetch(s.scale_out, scale_bytes);
+          out.insert(out.end(), o3.begin(), o3.end());
+        }
+        if (vi == 0) ref.push_back(std::move(out));
+        else if (out != ref[i]) same[vi] = false;
+      }
+    }
+    // Timing: per repeat, every variant in turn (interleaved), iters calls rotating the sets.
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    std::vector<std::vector<double>> us(pat.vs.size());
+    for (size_t vi = 0; vi < pat.vs.size(); ++vi) {
+      for (int w = 0; w < 8; ++w) launch(pat.vs[vi], sets[w % kSets]);  // warm-up
+    }
+    for (int r = 0; r < a.repeats; ++r) {
+      for (size_t vi = 0; vi < pat.vs.size(); ++vi) {
+        CHECK(cudaEventRecord(e0));
+        for (int it = 0; it < a.iters; ++it) launch(pat.vs[vi], sets[it % kSets]);
+        CHECK(cudaEventRecord(e1));
+        CHECK(cudaEventSynchronize(e1));
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        us[vi].push_back(1e3 * ms / a.iters);
+      }
+    }
+    const double bytes = pat.quant ? elems * (2.0 * 3 + 1) + scale_bytes : elems * 2.0 * 4;
+    for (size_t vi = 0; vi < pat.vs.size(); ++vi) {
+      std::vector<double> t = us[vi];
+      std::sort(t.begin(), t.end());
+      const double med = t[t.size() / 2];
+      std::printf("%-10s h%-6d T%-6d %-22s grid %6d  %9.2f us  (%.2f..%.2f)  %5.1f%% of copy  bits %s\n",
+                  pat.name, a.hidden, tokens, pat.vs[vi].name, grid_of(pat.vs[vi]), med, t.front(), t.back(),
+                  100.0 * bytes / (med * 1e-6) / 1e9 / copy, same[vi] ? "same" : "DIFFER");
+    }
+    std::fflush(stdout);
+    for (Set& s : sets) {
+      CHECK(cudaFree(s.input));
+      CHECK(cudaFree(s.residual_in));
+      CHECK(cudaFree(s.residual_out));
+      CHECK(cudaFree(s.norm_out));
+      if (pat.quant) {
+        CHECK(cudaFree(s.quant_out));
+        CHECK(cudaFree(s.scale_out));
+      }
+    }
+    CHECK(cudaEventDestroy(e0));
+    CHECK(cudaEventDestroy(e1));
+  }
+  CHECK(cudaFree(gamma));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const double copy = copy_gbps();
+  std::printf("# %d SMs, copy %.0f GB/s (read + write); block %d\n", sms, copy,
+              std::min(arf::kMaxBlockThreads, (a.hidden / arf::kElemsPerVec + 31) / 32 * 32));
+  if (a.hidden != 8192) {
+    std::fprintf(stderr, "this build instantiates 2 vectors per thread (hidden 8192) only\n");
+    return 2;
+  }
+  using Norm = arf::ResidualRmsNormEpilogue<T, 2, true>;
+  using Fp8Group = arf::ResidualRmsNormQuantEpilogue<T, 2, arf::Fp8PerGroupQuant, true>;
+  run_pattern({"norm", variants<Norm>(), false}, a, sms, copy);
+  run_pattern({"fp8_group", variants<Fp8Group>(), true}, a, sms, copy);
+  return 0;
+}
