@@ -49,10 +49,11 @@ __global__ void __launch_bounds__(arf::kMaxBlockThreads, kMinBlocks) variant_ker
   arf::stream_register_rows<E, true, kPipe>(p);
 }
 
-// The library's loop (stream_rows: staged rows for these epilogues), with its launch bounds.
+// The library's staged rows (stream_staged_rows, whether or not the library stages this epilogue:
+// kernel_set.h, stages_rows), with the library's launch bounds.
 template <typename E>
-__global__ void __launch_bounds__(arf::kMaxBlockThreads, arf::kMinCtasPerSm) library_kernel(const KernelParams p) {
-  arf::stream_rows<E, true>(p);
+__global__ void __launch_bounds__(arf::kMaxBlockThreads, arf::kMinCtasPerSm) staged_kernel(const KernelParams p) {
+  arf::stream_staged_rows<E, true>(p);
 }
 
 enum class GridRule { kPersistent, kPerRow };
@@ -67,10 +68,9 @@ struct Variant {
 
 template <typename E>
 std::vector<Variant> variants() {
-  static_assert(arf::kStagesRows<E>);
   return {
       {"registers_pipelined_2", &variant_kernel<E, true, 2>, 2, GridRule::kPersistent},
-      {"library (staged)", &library_kernel<E>, arf::kMinCtasPerSm, GridRule::kPersistent, arf::kStagedRows},
+      {"staged (library's)", &staged_kernel<E>, arf::kMinCtasPerSm, GridRule::kPersistent, arf::kStagedRowBuffers},
       {"registers_plain_2", &variant_kernel<E, false, 2>, 2, GridRule::kPersistent},
       {"registers_pipelined_3", &variant_kernel<E, true, 3>, 3, GridRule::kPersistent},
       {"registers_plain_2_per_row", &variant_kernel<E, false, 2>, 2, GridRule::kPerRow},

@@ -74,7 +74,7 @@ KernelEntry kernel_entry() {
   static_assert(RowEpilogue<E>);
   // The host sizes the dynamic shared memory of a launch from the key (kernel_set.h).
   static_assert(stages_rows(KernelKey{kDType, kKernel, kWorld, kSet, kPattern, kVecs}) ==
-                (kStreamingKernel<kKernel, kWorld> && kStagesRows<E>));
+                (kStreamingKernel<kKernel, kWorld> && E::kStagesRows));
   KernelFn fn = nullptr;
   if constexpr (kKernel == KernelKind::kOneshotLamport) fn = &oneshot_lamport_kernel<T, kWorld, E>;
   else if constexpr (kKernel == KernelKind::kOneshotPull) fn = &oneshot_pull_kernel<T, kWorld, E>;

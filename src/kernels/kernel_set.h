@@ -186,28 +186,34 @@ constexpr KernelKey epilogue_kernel_key(DType dtype, Pattern pattern, int vecs, 
 }
 
 // Rows staged through shared memory (streaming_epilogue.cuh, stream_staged_rows): the kernels that
-// wait for no peer (world 1, the local epilogue) with a residual-add epilogue (norm, norm +
-// quantization) at <= 2 vectors per thread. Each CTA keeps kStagedRows rows of input and
-// residual_in in flight in shared memory instead of registers. The host passes the buffer as
-// dynamic shared memory (staged_rows_smem_bytes) and the device side asserts, per built kernel, that
-// its epilogue type stages exactly where this says (kernel_row.cuh).
-inline constexpr int kStagedRows = 3;
+// wait for no peer (world 1, the local epilogue) at <= 2 vectors per thread, for the epilogues
+// where staging was measured faster than the register loop (one H200, hidden 8192, the same run:
+// residual + RMSNorm 0.2-20% faster at every token count 1..16384, FP8 per-tensor 3-19% faster
+// but for +4% at 1024 tokens; FP8 per-group 3-10% slower, so it and the patterns not yet measured
+// keep the register loop). Each CTA keeps kStagedRowBuffers rows of input and residual_in in
+// shared memory instead of registers. The host passes the buffers as dynamic shared memory
+// (staged_rows_smem_bytes); kernel_row.cuh asserts, per built kernel, that the epilogue type's
+// kStagesRows says the same.
+inline constexpr int kStagedRowBuffers = 3;
 constexpr bool stages_rows(const KernelKey& key) {
   const bool streaming = key.kernel == KernelKind::kLocalEpilogue || key.world == 1;
-  const bool residual_epilogue = key.pattern != Pattern::kAllReduce && key.patterns != PatternSet::kQuantOnly;
-  return streaming && residual_epilogue && key.vecs <= 2;
+  const bool staged_epilogue =
+      key.pattern == Pattern::kResidualRmsNorm ||
+      (key.pattern == Pattern::kFp8PerTensor && key.patterns == PatternSet::kQuant);
+  return streaming && staged_epilogue && key.vecs <= 2;
 }
 // Dynamic shared memory of a launch of `key` over rows of row_elems columns (0 unless it stages):
-// kStagedRows x (input row + residual_in row).
+// kStagedRowBuffers x (input row + residual_in row).
 constexpr size_t staged_rows_smem_bytes(const KernelKey& key, int row_elems) {
   if (!stages_rows(key)) return 0;
   const size_t row_vecs = static_cast<size_t>((row_elems + kElemsPerVec - 1) / kElemsPerVec);
-  return static_cast<size_t>(kStagedRows) * 2 * row_vecs * 16;
+  return static_cast<size_t>(kStagedRowBuffers) * 2 * row_vecs * 16;
 }
 // The most any staged launch takes (rows of kMaxBlockThreads x 2 vectors): set once per kernel as
 // its dynamic shared memory limit (launch.cu, preload_kernels). Two CTAs per SM (kMinCtasPerSm)
 // must fit in an SM's 227 KiB.
-inline constexpr size_t kMaxStagedRowsSmemBytes = static_cast<size_t>(kStagedRows) * 2 * kMaxBlockThreads * 2 * 16;
+inline constexpr size_t kMaxStagedRowsSmemBytes =
+    static_cast<size_t>(kStagedRowBuffers) * 2 * kMaxBlockThreads * 2 * 16;
 static_assert(kMaxStagedRowsSmemBytes * kMinCtasPerSm + 1024 <= 227 * 1024);
 
 // The host side of a built kernel: its key and its entry point (a kernel takes KernelParams by

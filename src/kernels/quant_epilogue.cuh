@@ -152,7 +152,10 @@ __device__ __forceinline__ void store_fp8_row(const KernelParams& p, const RowSl
 
 // Per-CTA state of a quantizer (cta_state, once before the rows): what every row shares. scale_in
 // is an input no output may overlap (validation), so it is read once, ahead of every store.
+// kStagesRows of each quantizer: whether its streaming epilogue stages rows (kernel_set.h,
+// stages_rows, with the measurements that chose it).
 struct Fp8PerTensorQuant {
+  static constexpr bool kStagesRows = true;
   struct Cta {
     quant::E4m3Divisor divisor;
   };
@@ -166,6 +169,7 @@ struct Fp8PerTensorQuant {
 };
 
 struct Fp8PerTokenQuant {
+  static constexpr bool kStagesRows = false;
   struct Cta {};
   __device__ static Cta cta_state(const KernelParams&) { return {}; }
   __device__ static void write_scale_padding(const KernelParams&) {}
@@ -203,6 +207,7 @@ struct ScaleAddr32 {
 // One scale per 1x128 group (16 vectors on 16 lanes): fp32 amax/448, or rounded up to a power of
 // two (UE8M0) stored as fp32 or as packed bytes.
 struct Fp8PerGroupQuant {
+  static constexpr bool kStagesRows = false;
   static constexpr int kGroupVecs = quant::kFp8GroupElems / kElemsPerVec;
   __device__ static quant::ScaleStorage storage(const KernelParams& p) {
     return p.scale_format == kScaleFormatUe8m0Packed ? quant::ScaleStorage::kByte : quant::ScaleStorage::kFp32;
@@ -257,6 +262,7 @@ struct Fp8PerGroupQuant {
 // scale) or MXFP4 (UE8M0 per 32).
 template <bool kNvfp4>
 struct Fp4Quant {
+  static constexpr bool kStagesRows = false;
   static constexpr int kBlockElems = kNvfp4 ? quant::kNvfp4BlockElems : quant::kMxfp4BlockElems;
   static constexpr int kBlockVecs = kBlockElems / kElemsPerVec;
   __device__ static void write_scale_padding(const KernelParams& p) {
@@ -312,6 +318,7 @@ template <typename T, int kVecsPerThread, typename Quant, bool kStreaming = fals
 struct ResidualRmsNormQuantEpilogue {
   using Norm = ResidualRmsNormEpilogue<T, kVecsPerThread, kStreaming>;
   static constexpr int kVecs = kVecsPerThread;
+  static constexpr bool kStagesRows = Norm::kStagesRows && Quant::kStagesRows;
   struct Cta {
     typename Norm::Cta norm;
     typename Quant::Cta quant;
@@ -342,6 +349,7 @@ struct ResidualRmsNormQuantEpilogue {
 template <typename T, int kVecsPerThread, typename Quant, bool kStreaming = false>  // (no gamma)
 struct QuantOnlyEpilogue {
   static constexpr int kVecs = kVecsPerThread;
+  static constexpr bool kStagesRows = false;
   using Cta = typename Quant::Cta;
   struct Prefetch {};
   __device__ static Cta cta_state(const KernelParams& p) { return Quant::cta_state(p); }

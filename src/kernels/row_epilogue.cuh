@@ -147,6 +147,7 @@ concept RowEpilogue = requires(const KernelParams& p, const RowSlice& s,
                                const uint4 (&ar)[E::kVecs], const typename E::Prefetch& pre,
                                const typename E::Cta& cta, BlockReducer& red) {
   { E::kVecs } -> std::convertible_to<int>;
+  { E::kStagesRows } -> std::convertible_to<bool>;  // streaming kernels: rows through shared memory
   { E::cta_state(p) } -> std::same_as<typename E::Cta>;
   { E::prefetch(p, s, cta) } -> std::same_as<typename E::Prefetch>;
   { E::apply(p, s, ar, pre, cta, red) } -> std::same_as<void>;
@@ -162,6 +163,7 @@ struct NoScalePadding {
 template <typename T, int kVecsPerThread>
 struct AllReduceEpilogue : NoScalePadding {
   static constexpr int kVecs = kVecsPerThread;
+  static constexpr bool kStagesRows = false;
   struct Cta {};
   struct Prefetch {};
   __device__ static Cta cta_state(const KernelParams&) { return {}; }
@@ -262,6 +264,7 @@ template <typename T, int kVecsPerThread, bool kStreaming = false>
 struct ResidualRmsNormEpilogue : NoScalePadding {
   static constexpr int kVecs = kVecsPerThread;
   static constexpr bool kGammaInRegisters = kStreaming && kVecs == 1;
+  static constexpr bool kStagesRows = kStreaming && kVecs <= 2;  // (kernel_set.h, stages_rows)
   struct Cta {
     uint4 gamma[kGammaInRegisters ? kVecs : 1];  // raw activation-dtype gamma, if held
   };

@@ -2,16 +2,16 @@
 // second kernel of a split call: local_epilogue_kernel): a persistent grid of at most
 // kMinCtasPerSm CTAs per SM (policy.h, protocol_free_grid_cap) streams rows b, b + G, ... and
 // keeps the memory system busy across the rows' reductions, in one of three ways:
-//  - staged rows (the residual-add epilogues at <= 2 vectors per thread: kernel_set.h,
-//    stages_rows): kStagedRows rows of input and residual_in per CTA are copied into shared memory
-//    by cp.async, so kStagedRows - 1 rows are in flight while one is reduced, normalised and stored,
-//    without registers held for them (registers cap the CTAs per SM, and so the bytes in flight,
-//    of the register-prefetching loop: on one H200, hidden 8192, 4096 tokens, 79.4 -> 78.0 us for
-//    the norm and 88.0 -> 79.5 us for FP8 per-group; bench/experiments/stream_variants.cu);
+//  - staged rows (epilogues whose kStagesRows is set, at <= 2 vectors per thread: kernel_set.h,
+//    stages_rows, says which and the measurements behind it): kStagedRowBuffers rows of input and
+//    residual_in per CTA are copied into shared memory by cp.async, so kStagedRowBuffers - 1 rows
+//    are in flight while one is reduced, normalised and stored, without registers held for them
+//    (registers cap the CTAs per SM, and so the bytes in flight, of the register loop; capping
+//    them for more CTAs spills: bench/experiments/stream_variants.cu);
 //  - software pipelining (the other epilogues at <= 2 vectors): at the top of each row the next
 //    row's input and residual_in are loaded into a second set of registers;
 //  - neither (four vectors per thread, hidden > 8192: no registers for a second row, no shared
-//    memory for kStagedRows rows at two CTAs per SM); the second CTA of the SM overlaps.
+//    memory for kStagedRowBuffers rows at two CTAs per SM); the second CTA of the SM overlaps.
 // In every way per-CTA state (gamma in registers, scale_in, scale addressing: the epilogue's
 // cta_state) is loaded once, not once a row, and a block reduction costs one barrier
 // (AlternatingReducer). The epilogue code, the thread -> element map (RowSlice) and the block
@@ -25,6 +25,7 @@
 // rows' copies current.
 #pragma once
 
+#include "kernels/kernel_set.h"
 #include "kernels/row_epilogue.cuh"
 
 namespace arf {
@@ -56,27 +57,24 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
-// Whether stream_rows stages an epilogue's rows through shared memory: the device half of
-// kernel_set.h's stages_rows (kernel_row.cuh asserts that the two agree for every built kernel).
-template <typename Epilogue>
-inline constexpr bool kStagesRows =
-    Epilogue::kVecs <= 2 && requires(typename Epilogue::Prefetch pre) { pre.residual[0]; };
-
 // Staged rows. Stage j of the CTA's dynamic shared memory holds one row's input vectors, then its
 // residual_in vectors, at the row's vector indices, so each thread copies and later reads only its
 // own positions (RowSlice): its own wait_group makes them visible to it and no barrier is needed.
-// Iteration i copies row i + kStagedRows - 1 into the stage row i - 1 used: that row's values were
-// consumed (stored) in iteration i - 1, so its shared-memory reads are complete. Every thread
-// commits one group per iteration, empty past the last row, so "all but kStagedRows - 1 groups
-// complete" always means "this row's group complete".
+// Iteration i copies row i + kStagedRowBuffers - 1 into the stage row i - 1 used: that row's
+// values were consumed (stored) in iteration i - 1, so its shared-memory reads are complete. Every
+// thread commits one group per iteration, empty past the last row, so "all but
+// kStagedRowBuffers - 1 groups complete" always means "this row's group complete".
 template <typename Epilogue, bool kCanonical>
 __device__ __forceinline__ void stream_staged_rows(const KernelParams& p) {
   constexpr int kVecs = Epilogue::kVecs;
-  extern __shared__ uint4 staged_rows[];  // kStagedRows x 2 x row_vecs (kernel_set.h)
+  static_assert(kVecs <= 2 && requires(typename Epilogue::Prefetch pre) { pre.residual[0]; },
+                "staged rows are for residual-add epilogues whose prefetch is residual_in alone");
+  constexpr int kBuffers = kStagedRowBuffers;
+  extern __shared__ uint4 staged_rows[];  // kBuffers x 2 x row_vecs (kernel_set.h)
   const int row_vecs = p.row_elems / kElemsPerVec;
   const bool has_residual = p.residual_in != nullptr;
   const int grid = static_cast<int>(gridDim.x);
-  auto stage_of = [&](int i) { return staged_rows + static_cast<size_t>(i % kStagedRows) * 2 * row_vecs; };
+  auto stage_of = [&](int i) { return staged_rows + static_cast<size_t>(i % kBuffers) * 2 * row_vecs; };
   auto copy_row = [&](int row, uint4* stage) {
     if (row < p.num_rows) {
       const RowSlice s = row_slice(p, row);
@@ -94,10 +92,10 @@ __device__ __forceinline__ void stream_staged_rows(const KernelParams& p) {
   AlternatingReducer red;
   int row = static_cast<int>(blockIdx.x);
 #pragma unroll
-  for (int j = 0; j < kStagedRows - 1; ++j) copy_row(row + j * grid, stage_of(j));
+  for (int j = 0; j < kBuffers - 1; ++j) copy_row(row + j * grid, stage_of(j));
   for (int i = 0; row < p.num_rows; ++i, row += grid) {  // row < 2^31: grid <= num_rows
-    copy_row(row + (kStagedRows - 1) * grid, stage_of(i + kStagedRows - 1));
-    cp_async_wait<kStagedRows - 1>();
+    copy_row(row + (kBuffers - 1) * grid, stage_of(i + kBuffers - 1));
+    cp_async_wait<kBuffers - 1>();
     const RowSlice s = row_slice(p, row);
     const uint4* stage = stage_of(i);
     uint4 in[kVecs];
@@ -162,7 +160,7 @@ __device__ __forceinline__ void stream_register_rows(const KernelParams& p) {
 template <typename Epilogue, bool kCanonical>
 __device__ __forceinline__ void stream_rows(const KernelParams& p) {
   static_assert(RowEpilogue<Epilogue>);
-  if constexpr (kStagesRows<Epilogue>) {
+  if constexpr (Epilogue::kStagesRows) {
     stream_staged_rows<Epilogue, kCanonical>(p);
   } else {
     stream_register_rows<Epilogue, kCanonical>(p);

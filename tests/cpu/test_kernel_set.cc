@@ -178,16 +178,18 @@ TEST(KernelSet, Chains) {
   EXPECT_EQ(call_kernels(nccl_like, Pattern::kNvfp4, DType::kFp16, 4, 3, 8192).count, 0);
 }
 
-// Staged rows (streaming_epilogue.cuh): exactly the protocol-free kernels with a residual-add
-// epilogue at <= 2 vectors per thread stage, and every staged launch a plan can make fits two
-// CTAs in an SM's shared memory within the limit preload_kernels sets.
+// Staged rows (streaming_epilogue.cuh): exactly the protocol-free kernels of residual + RMSNorm
+// and of FP8 per-tensor (norm + quantization, not quantize-only) at <= 2 vectors per thread stage,
+// and every staged launch a plan can make fits its SM's shared memory within the limit
+// preload_kernels sets.
 TEST(KernelSet, StagedRowsRuleAndSharedMemory) {
   for (const KeyTuple& t : declared_keys()) {
     const KernelKey key{static_cast<DType>(std::get<0>(t)), static_cast<KernelKind>(std::get<1>(t)), std::get<2>(t),
                         static_cast<PatternSet>(std::get<3>(t)), static_cast<Pattern>(std::get<4>(t)), std::get<5>(t)};
     const bool protocol_free = key.kernel == KernelKind::kLocalEpilogue || key.world == 1;
-    const bool expected = protocol_free && key.vecs <= 2 && key.pattern != Pattern::kAllReduce &&
-                          key.patterns != PatternSet::kQuantOnly;
+    const bool staged_pattern = key.pattern == Pattern::kResidualRmsNorm ||
+                                (key.pattern == Pattern::kFp8PerTensor && key.patterns == PatternSet::kQuant);
+    const bool expected = protocol_free && key.vecs <= 2 && staged_pattern;
     EXPECT_EQ(stages_rows(key), expected) << text_of(key);
     for (int hidden = 8; hidden <= kMaxHidden; hidden += 8) {
       const int block = block_threads_for_row(hidden);
@@ -197,7 +199,7 @@ TEST(KernelSet, StagedRowsRuleAndSharedMemory) {
         EXPECT_EQ(smem, 0u) << text_of(key);
         continue;
       }
-      EXPECT_EQ(smem, static_cast<size_t>(kStagedRows) * 2 * ((hidden + 7) / 8) * 16) << hidden;
+      EXPECT_EQ(smem, static_cast<size_t>(kStagedRowBuffers) * 2 * ((hidden + 7) / 8) * 16) << hidden;
       ASSERT_LE(smem, kMaxStagedRowsSmemBytes) << text_of(key) << " hidden " << hidden;
       // The CTAs per SM of a protocol-free grid fit in 227 KiB (correctness does not need them resident).
       const StaticFacts facts = facts_of(1, 1, key.dtype, false);
