@@ -21,7 +21,7 @@
 #             (ARF_PYTHON_ARGS, e.g. "--worlds 2,4,8"), the FP8 scale probe, the op-overhead bench
 #   native    the C++ (stable-ABI) ops: build them (python3 -m arfusion.torch.build_ops), the
 #             op-overhead bench with each backend, python/tests/run_gpu_tests.sh --cpp-ops
-#             (ARF_NATIVE_ARGS, default "--worlds 2"; add --with-quant for the quantized op's kernel)
+#             (ARF_NATIVE_ARGS, default "--worlds 2"; --without-quant leaves the quantized op's kernel out)
 #   e2e       the end-to-end decoder: bench/e2e/run.sh ${ARF_E2E_ARGS:---quick} (results under bench/results)
 #   perf      world-1 epilogues against torch.compile (bench_world1.sh, bench_world1_quant.sh)
 #   build     configure and build ./build here (a snapshot from scripts/snapshot_for_device.sh)

@@ -82,12 +82,12 @@ def _stamp_path(library: pathlib.Path) -> pathlib.Path:
 
 
 def build(build_dir: str | os.PathLike | None = None, verbose: bool = False,
-          quant: bool = False) -> pathlib.Path:
+          quant: bool = True) -> pathlib.Path:
     """Compiles csrc/ops_stable.cc against this torch's headers and the libarfusion.so this
     package loads ($CXX, default g++); returns the library's path. Nothing is loaded into this
     process (a process that has imported arfusion.torch keeps the implementations it chose).
-    quant: also the C++ kernel of fused_add_rms_norm_quant (-DARF_TORCH_OPS_QUANT; opt-in until
-    it has run on a GPU)."""
+    quant: the C++ kernel of fused_add_rms_norm_quant too (-DARF_TORCH_OPS_QUANT; False leaves
+    that op on its Python kernel)."""
     import shutil
     import subprocess
 

@@ -3,7 +3,7 @@
 time-sliced, over the ipc transport; with several GPUs rank r uses GPU r % count).
 
     python3 python/tests/gpu/run_gpu_tests.py [--worlds 2,4,8] [--scenarios core,graphs] [--json FILE]
-                                              [--cpp-ops [--with-quant]]
+                                              [--cpp-ops [--without-quant]]
 
 Needs torch >= 2.6 with CUDA and a built libarfusion.so ($ARFUSION_LIBRARY, or the package's own
 lookup). Exit 0 all passed, 1 a failure, 77 skipped ("SKIPPED: ..." says why). Scenarios per
@@ -32,8 +32,9 @@ def main():
                     help="build the ops' C++ kernels (into $ARFUSION_TORCH_OPS_DIR, default "
                          "build/torch_ops) and run every scenario through them "
                          "(ARFUSION_TORCH_OPS=cpp; needs torch >= 2.10); implies --no-forms")
-    ap.add_argument("--with-quant", action="store_true",
-                    help="with --cpp-ops: the quantized op's C++ kernel too (opt-in)")
+    ap.add_argument("--without-quant", action="store_true",
+                    help="with --cpp-ops: build without the quantized op's C++ kernel (its Python "
+                         "kernel runs)")
     args = ap.parse_args()
 
     try:
@@ -61,7 +62,7 @@ def main():
         # in its own process: this one (and the ranks, which inherit the environment) must import
         # arfusion.torch only once the library exists
         subprocess.run([sys.executable, "-m", "arfusion.torch.build_ops", build_dir]
-                       + (["--with-quant"] if args.with_quant else []), check=True)
+                       + (["--without-quant"] if args.without_quant else []), check=True)
         os.environ["ARFUSION_TORCH_OPS"] = "cpp"
         args.no_forms = True  # the pass forms do not depend on the kernels: python_gpu runs them
     try:

@@ -311,8 +311,8 @@ void all_reduce_(Tensor input, std::string comm) {
 }
 
 #ifdef ARF_TORCH_OPS_QUANT
-// ---- fused_add_rms_norm_quant: built only with -DARF_TORCH_OPS_QUANT (build_ops --with-quant)
-// until it has run on a GPU. Output shapes follow arfusion/_shapes.py quant_output_spec (the
+// ---- fused_add_rms_norm_quant: built with -DARF_TORCH_OPS_QUANT (build_ops does unless
+// --without-quant). Output shapes follow arfusion/_shapes.py quant_output_spec (the
 // fake implementation's rules); scale_out covers every byte arfScaleBufferBytes counts.
 
 struct QuantSpec {
