@@ -208,6 +208,11 @@ void add_run_options(CLI::App& app, BenchArgs& a) {
                  "0: eager; N: capture -n calls per rank into a CUDA graph, time N replays")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("-R,--repeats", a.repeats,
+                 "timed regions per cell (one warm-up and capture): the cell's time is their median, "
+                 "the JSON keeps each one and the spread")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("-J,--json", a.json_path, "write every row and a header object to FILE");
   auto* devices = app.add_option("--devices", a.devices,
                                  "rank r runs on device list[r]; repeats = virtual ranks (0,0,0,0)")

@@ -46,6 +46,7 @@ struct BenchArgs {
   int warmup_iters = 5;
   int check = 1;          // 1: verify every (size, algorithm) before timing it
   int graph_replays = 1;  // 0: eager launches; N: capture `iters` calls, replay the graph N times
+  int repeats = 1;        // timed regions per cell; the cell's time is their median
   std::string json_path;  // empty: no JSON
   std::string tune_out;   // --tune-out: tuning table file to merge this sweep's entry into (tune.h)
   // Ranks: explicit device list, or a rank count; neither = all visible GPUs (8 virtual if one).

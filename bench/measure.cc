@@ -42,6 +42,7 @@ Cell measure_algorithm(BenchContext& ctx, const CallSpec& spec, const TimingConf
       [&](int rank, int i, cudaStream_t) { return enqueue_call(ctx, spec, rank, i); },
       [&](int rank) { return comm_health(ctx, rank); }, cfg);
   cell.us = t.max_us;
+  cell.repeats_us = t.repeat_us;
   cell.error = t.error;
   return cell;
 }
@@ -58,6 +59,7 @@ Cell measure_nccl(BenchContext& ctx, const NcclBaseline& nccl, const CallSpec& s
       },
       [&](int rank) { return nccl.health(rank); }, cfg);
   cell.us = t.max_us;
+  cell.repeats_us = t.repeat_us;
   cell.error = t.error;
   return cell;
 }

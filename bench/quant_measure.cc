@@ -118,6 +118,7 @@ Row measure_quant_row(BenchContext& ctx, const CallSpec& shape, const TimingConf
         [&](int rank, int k, cudaStream_t) { return enqueue_call(ctx, spec, rank, k); },
         [&](int rank) { return comm_health(ctx, rank); }, cfg);
     cell.us = t.max_us;
+    cell.repeats_us = t.repeat_us;
     cell.error = t.error;
     *stopped = first_failed_comm(ctx);
   }

@@ -84,6 +84,7 @@ void Report::print_header() const {
     std::printf("eager launches");
   }
   const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (args_.repeats > 1) std::printf(", %d timed regions per cell (time: their median)", args_.repeats);
   std::printf(", check %d, input sets %d, CUDA_DEVICE_MAX_CONNECTIONS=%s\n", args_.check,
               header_.num_input_sets, connections != nullptr ? connections : "(default)");
   for (size_t r = 0; r < header_.layout.info.size(); ++r) {
@@ -203,6 +204,10 @@ void Report::print_epilogue_row(const Row& row) const {
               cell_value(c, 100.0 * achieved / header_.copy_gbps, "%.1f").c_str(), kAlgoNameWidth,
               c.chosen.empty() ? "-" : c.chosen.c_str(),
               wrong_text(c.wrong, !c.error.empty() && !c.unsupported).c_str());
+  if (c.repeats_us.size() > 1) {  // the spread of the timed regions, under the row
+    const auto [lo, hi] = std::minmax_element(c.repeats_us.begin(), c.repeats_us.end());
+    std::printf("#   %zu timed regions: %.2f..%.2f us\n", c.repeats_us.size(), *lo, *hi);
+  }
 }
 
 void Report::print_quant_header() const {

@@ -1,4 +1,5 @@
 // -J FILE: {"header": {...run facts...}, "rows": [{...every field of a row...}]}. NaN -> null.
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -41,10 +42,12 @@ json header_json(const BenchArgs& a, const RunHeader& h, const std::vector<std::
             {"iters", a.iters},
             {"warmup_iters", a.warmup_iters},
             {"graph_replays", a.graph_replays},
+            {"repeats", a.repeats},
             {"check", a.check},
             {"input_sets", h.num_input_sets},
             {"columns", columns},
-            {"time_definition", "max over ranks of (elapsed / calls), microseconds"},
+            {"time_definition", "max over ranks of (elapsed / calls), microseconds; with repeats > 1 "
+                                "the median over the timed regions (each one's figure in repeats_us)"},
             {"nccl",
              {{"column", h.nccl_label.empty() ? json(nullptr) : json(h.nccl_label)},
               {"note", h.nccl_note}}}};
@@ -64,9 +67,19 @@ json header_json(const BenchArgs& a, const RunHeader& h, const std::vector<std::
   return j;
 }
 
+// Each repeat's time and their range (--repeats > 1); nothing for a single timed region.
+void add_spread(const Cell& c, json* j) {
+  if (c.repeats_us.size() < 2) return;
+  json each = json::array();
+  for (double us : c.repeats_us) each.push_back(number(us));
+  (*j)["repeats_us"] = each;
+  (*j)["min_us"] = number(*std::min_element(c.repeats_us.begin(), c.repeats_us.end()));
+  (*j)["max_us"] = number(*std::max_element(c.repeats_us.begin(), c.repeats_us.end()));
+}
+
 json cell_json(const Cell& c, const Row& row, int world) {
   const double algbw = gbps(static_cast<double>(row.bytes), c.us);
-  return {{"column", c.column},
+  json j = {{"column", c.column},
           {"time_us", number(c.us)},
           {"algbw_gbps", number(algbw)},
           {"busbw_gbps", number(algbw * busbw_factor(world))},
@@ -77,6 +90,8 @@ json cell_json(const Cell& c, const Row& row, int world) {
           {"unsupported", c.unsupported},
           {"skipped", c.skipped},
           {"mismatch", c.note}};
+  add_spread(c, &j);
+  return j;
 }
 
 }  // namespace
@@ -111,6 +126,7 @@ void epilogue_json_fields(const Row& row, const BenchArgs& a, const RunHeader& h
   const double achieved = gbps(static_cast<double>(moved), c.us);
   j["bytes_moved"] = moved;
   j["time_us"] = number(c.us);
+  add_spread(c, &j);
   j["achieved_gbps"] = number(achieved);
   j["pct_copy_bandwidth"] = number(100.0 * achieved / h.copy_gbps);
   j["algorithm"] = c.chosen;

@@ -14,7 +14,8 @@ namespace arf::bench {
 
 struct Cell {
   std::string column;        // algorithm name, or the NCCL label
-  double us = NAN;           // max over ranks of (elapsed / calls); NaN when not measured
+  double us = NAN;           // max over ranks of (elapsed / calls), median over repeats; NaN when not measured
+  std::vector<double> repeats_us;  // each repeat's max over ranks (--repeats > 1: the spread)
   int64_t wrong = -1;        // elements wrong in the check; -1 = not checked
   std::string chosen;        // the algorithm arfPlan chose (auto) or that ran
   std::string inner;         // arfPlan's inner all-reduce (= chosen unless chosen is unfused)

@@ -161,7 +161,7 @@ int run_bench(const BenchArgs& args) {
   Report report(args, header, columns);
   report.set_quiet(!reporter);
   report.print_header();
-  const TimingConfig cfg{args.iters, args.warmup_iters, args.graph_replays};
+  const TimingConfig cfg{args.iters, args.warmup_iters, args.graph_replays, args.repeats};
   uint64_t calls = 0;
   std::string stopped;
   for (const CallSpec& spec : shapes) {

@@ -94,10 +94,18 @@ std::string timed_region(int rank, cudaStream_t stream, const EnqueueFn& enqueue
 
 }  // namespace
 
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
 Timing time_collective(RankPool& pool, const std::vector<cudaStream_t>& streams,
                        const EnqueueFn& enqueue, const HealthFn& health, const TimingConfig& cfg) {
   Timing t;
-  t.rank_us.assign(pool.world(), NAN);
+  const int repeats = std::max(1, cfg.repeats);
+  std::vector<std::vector<double>> rep_us(static_cast<size_t>(repeats), std::vector<double>(pool.world(), NAN));
   std::vector<std::string> errors(pool.world());
   const bool graphs = cfg.graph_replays > 0;
   pool.run([&](int rank) {
@@ -111,28 +119,38 @@ Timing time_collective(RankPool& pool, const std::vector<cudaStream_t>& streams,
       why = capture(rank, stream, enqueue, cfg.iters, &rt.exec);
     if (pool.agree(rank, why.empty()) && graphs) why = first_replay(stream, rt.exec);
     if (why.empty() && health) why = health(rank);
-    // The host barrier before the timed region; if any rank failed, nobody starts it.
-    if (pool.agree(rank, why.empty())) {
+    // The host barrier before each timed region; if any rank failed, nobody starts the next.
+    for (int r = 0; r < repeats && pool.agree(rank, why.empty()); ++r) {
       pool.spin_sync();
-      why = timed_region(rank, stream, enqueue, cfg, rt, pool.multi_process(), &t.rank_us[rank]);
+      why = timed_region(rank, stream, enqueue, cfg, rt, pool.multi_process(), &rep_us[r][rank]);
       if (why.empty() && health) why = health(rank);
     }
     pool.agree(rank, true);  // no rank has work in flight once all are here
     rt.release();
     errors[rank] = why;
   });
-  pool.share(&t.rank_us);  // process mode: every rank's time and error in every process
-  pool.share(&errors);
+  for (std::vector<double>& per_rank : rep_us) pool.share(&per_rank);  // process mode: every rank's
+  pool.share(&errors);                                                  // times and error everywhere
+  t.rank_us = rep_us.back();
   if (!pool.channel_error().empty()) t.error = "host channel: " + pool.channel_error();
   for (int r = 0; r < pool.world(); ++r) {
     if (!errors[r].empty() && t.error.empty())
       t.error = "rank " + std::to_string(r) + ": " + errors[r];
   }
-  if (t.error.empty() &&
-      std::any_of(t.rank_us.begin(), t.rank_us.end(), [](double us) { return std::isnan(us); })) {
-    t.error = "a rank skipped the timed region after a peer failed";
+  for (const std::vector<double>& per_rank : rep_us) {
+    if (t.error.empty() &&
+        std::any_of(per_rank.begin(), per_rank.end(), [](double us) { return std::isnan(us); })) {
+      t.error = "a rank skipped a timed region after a peer failed";
+    }
   }
-  t.max_us = t.error.empty() ? *std::max_element(t.rank_us.begin(), t.rank_us.end()) : NAN;
+  if (!t.error.empty()) {
+    t.max_us = NAN;
+    return t;
+  }
+  for (const std::vector<double>& per_rank : rep_us) {
+    t.repeat_us.push_back(*std::max_element(per_rank.begin(), per_rank.end()));
+  }
+  t.max_us = median(t.repeat_us);
   return t;
 }
 

@@ -29,13 +29,18 @@ struct TimingConfig {
   int iters = 20;
   int warmup_iters = 5;
   int graph_replays = 1;  // 0 = eager
+  int repeats = 1;        // timed regions, each between host barriers
 };
 
 struct Timing {
-  double max_us = 0;            // max over ranks of elapsed / calls
-  std::vector<double> rank_us;  // per rank
-  std::string error;            // "" on success (first failing rank's message)
+  double max_us = 0;               // median over repeats of (max over ranks of elapsed / calls)
+  std::vector<double> rank_us;     // per rank, the last repeat
+  std::vector<double> repeat_us;   // per repeat, max over ranks
+  std::string error;               // "" on success (first failing rank's message)
 };
+
+// The median of `v` (the mean of the two middle values for an even count); NaN when empty.
+double median(std::vector<double> v);
 
 Timing time_collective(RankPool& pool, const std::vector<cudaStream_t>& streams,
                        const EnqueueFn& enqueue, const HealthFn& health, const TimingConfig& cfg);

@@ -13,3 +13,13 @@ if(ARF_BUILD_TESTS AND ARF_BUILD_BENCH AND TARGET arfusion_bench_core)
   add_test(NAME bench_args_tests COMMAND arfusion_bench_tests)
   set_tests_properties(bench_args_tests PROPERTIES LABELS cpu)
 endif()
+
+# The benchmark scripts' verdict rules (bench/tests: compare_world1.py's targets and noise
+# allowance), on synthetic JSON: plain Python, no torch.
+find_package(Python3 COMPONENTS Interpreter)
+if(ARF_BUILD_TESTS AND Python3_Interpreter_FOUND)
+  add_test(NAME bench_scripts_cpu
+    COMMAND ${Python3_EXECUTABLE} -m unittest discover -s ${CMAKE_CURRENT_SOURCE_DIR}/bench/tests
+            -t ${CMAKE_CURRENT_SOURCE_DIR}/bench/tests -v)
+  set_tests_properties(bench_scripts_cpu PROPERTIES LABELS cpu TIMEOUT 60)
+endif()

@@ -14,7 +14,7 @@ tokens=${2:-4096}
 hidden=${3:-8192}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
-ncu_args=(--clock-control none --set "${ARF_NCU_SET:-full}" -c 1 --launch-skip 3 -f)
+ncu_args=(--clock-control none --set "${ARF_NCU_SET:-full}" --launch-skip 3 -f)
 bench=${ARF_BENCH:-build/arfusion-bench}
 
 report() {  # name: the .ncu-rep to text
@@ -23,19 +23,20 @@ report() {  # name: the .ncu-rep to text
 }
 
 # arfusion's world-1 kernel: the Lamport kernel instantiated for world 1 (streaming rows).
-ncu "${ncu_args[@]}" -k regex:oneshot_lamport_kernel -o "$out/arfusion_epilogue" \
+ncu "${ncu_args[@]}" -c 1 -k regex:oneshot_lamport_kernel -o "$out/arfusion_epilogue" \
   "$bench" --op epilogue --devices 0 --tokens "$tokens" --hidden "$hidden" -d bf16 -n 8 -w 2 -G 0 -c 0 \
   > "$out/arfusion_epilogue.log" 2>&1
 report arfusion_epilogue
-ncu "${ncu_args[@]}" -k regex:triton -o "$out/torch_epilogue" \
+ncu "${ncu_args[@]}" -c 1 -k regex:triton -o "$out/torch_epilogue" \
   python3 bench/torch_baseline.py --tmin "$tokens" --tmax "$tokens" --hidden "$hidden" -n 8 -G 1 \
   --repeats 1 --mode "${ARF_TORCH_MODE:-default}" > "$out/torch_epilogue.log" 2>&1
 report torch_epilogue
 
 IFS=, read -r -a patterns <<< "${ARF_PROFILE_QUANT:-}"
 for q in "${patterns[@]}"; do
-  # the one-kernel column (the bench times the 3- and 2-kernel chains first, other epilogue types)
-  ncu "${ncu_args[@]}" --kernel-name-base demangled \
+  # the one-kernel column (the bench times the 3- and 2-kernel chains first, other epilogue types);
+  # torch's function may compile to two kernels (amax, then quantize): both are profiled
+  ncu "${ncu_args[@]}" -c 1 --kernel-name-base demangled \
     -k regex:'oneshot_lamport_kernel.*ResidualRmsNormQuantEpilogue' -o "$out/arfusion_$q" \
     "$bench" --op quant --quant "$q" --devices 0 --tokens "$tokens" --hidden "$hidden" -d bf16 -n 8 -w 2 -G 0 -c 0 \
     > "$out/arfusion_$q.log" 2>&1

@@ -4,6 +4,7 @@
 // code: parse_args touches no CUDA, so this suite runs on machines without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "args.h"
+#include "timing.h"
 
 namespace arf::bench {
 namespace {
@@ -152,6 +154,18 @@ TEST(BenchArgs, RunOptions) {
   EXPECT_EQ(a.graph_replays, 10);
   EXPECT_EQ(a.dtype, arfBFloat16);
   EXPECT_EQ(a.json_path, "x.json");
+  EXPECT_EQ(a.repeats, 1);  // one timed region per cell unless asked
+  EXPECT_EQ(parse_ok({"--repeats", "5"}).repeats, 5);
+  EXPECT_EQ(parse_ok({"-R", "3"}).repeats, 3);
+}
+
+// A cell's time over several timed regions is their median.
+TEST(BenchTiming, MedianOfRepeats) {
+  EXPECT_TRUE(std::isnan(median({})));
+  EXPECT_DOUBLE_EQ(median({4.0}), 4.0);
+  EXPECT_DOUBLE_EQ(median({9.0, 1.0, 5.0}), 5.0);
+  EXPECT_DOUBLE_EQ(median({2.0, 8.0, 4.0, 6.0}), 5.0);
+  EXPECT_DOUBLE_EQ(median({3.0, 3.0, 100.0}), 3.0);  // one slow region does not move it
 }
 
 TEST(BenchArgs, DatatypeAcceptsNcclTestsSpellings) {
@@ -166,6 +180,7 @@ TEST(BenchArgs, RunOptionsRejected) {
   expect_rejected({"-w", "-1"}, "--warmup_iters");
   expect_rejected({"-c", "2"}, "--check");
   expect_rejected({"-G", "-1"}, "--cudagraph");
+  expect_rejected({"-R", "0"}, "--repeats");
   expect_rejected({"--max-tokens", "-4"}, "--max-tokens");
   expect_rejected({"--no-such-flag"}, "--no-such-flag");
 }
