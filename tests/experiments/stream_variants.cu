@@ -8,9 +8,9 @@
 // that spills shows what spilling costs), and the grid (one wave of resident CTAs, or one CTA per
 // row).
 //
-//   nvcc -std=c++20 -O3 -arch=sm_90 -Isrc -Iinclude --expt-relaxed-constexpr \
-//     bench/experiments/stream_variants.cu -o build/stream_variants
-//   build/stream_variants [--tokens 512,2048,4096,16384] [--hidden 8192] [--repeats 7] [--iters 50]
+//   cmake --build build --target arfusion_stream_variants     (or nvcc -std=c++20 -O3 -arch=sm_90
+//     -Isrc -Iinclude --expt-relaxed-constexpr tests/experiments/stream_variants.cu)
+//   build/arfusion_stream_variants [--tokens 512,2048,4096,16384] [--hidden 8192] [--repeats 7] [--iters 50]
 //
 // Prints one line per (pattern, tokens, variant): median us per call (eager launches; at small
 // token counts the launch rate, not the kernel, sets the figure), min..max over the repeats, bytes
