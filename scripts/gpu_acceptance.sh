@@ -16,6 +16,10 @@
 #   one_queue the foreign-kernel test with CUDA_DEVICE_MAX_CONNECTIONS=1 (every stream in one FIFO)
 #   churn     the engine-like soak at 2, 4 and 8 virtual ranks (ARF_CHURN_SECONDS each, default
 #             30) and its negative control
+#   volume    soak volume toward the target (>= 10^6 calls per algorithm): the churn soak with
+#             verify_calls on the four forced algorithms, ARF_VOLUME_SECONDS (default 120) at each of
+#             ARF_VOLUME_WORLDS (default "2 4 8"), seed ARF_SOAK_SEED (default: the time, so runs of
+#             different sessions draw different sequences); scripts/soak_tally.py pools the JSONs
 #   ctest     ctest -L gpu (ARF_CTEST_EXCLUDE: a regex of tests to leave out)
 #   python    the torch integration: compile-pass graph dump, then python/tests/run_gpu_tests.sh
 #             (ARF_PYTHON_ARGS, e.g. "--worlds 2,4,8"), the FP8 scale probe, the op-overhead bench
@@ -79,6 +83,14 @@ for stage in "$@"; do
         --patterns allreduce,flat,residual_rmsnorm --seconds "${ARF_CHURN_NC_SECONDS:-60}" --timeout 2 --progress 0 \
         -J "$out/log/churn_no_gate.json" > "$out/log/churn_no_gate.txt" 2>&1
       echo "churn without the gate (expect-failure): exit $? (0 = failure detected)"; tail -4 "$out/log/churn_no_gate.txt" ;;
+    volume)
+      seed=${ARF_SOAK_SEED:-$(date +%s)}
+      for n in ${ARF_VOLUME_WORLDS:-2 4 8}; do
+        ./build/arfusion-stress churn --nranks "$n" --seconds "${ARF_VOLUME_SECONDS:-120}" --progress 0 \
+          --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed "$seed" \
+          -J "$out/log/churn_volume_${n}_seed$seed.json" > "$out/log/churn_volume_${n}_seed$seed.txt" 2>&1
+        echo "volume $n ranks (seed $seed): exit $?"; tail -3 "$out/log/churn_volume_${n}_seed$seed.txt"
+      done ;;
     ctest)
       ctest --test-dir "${configured:-build}" -L gpu ${ARF_CTEST_EXCLUDE:+-E "$ARF_CTEST_EXCLUDE"} \
         --output-on-failure > "$out/log/ctest_gpu.txt" 2>&1

@@ -282,7 +282,7 @@ int run(const StressArgs& args) {
 
 int main(int argc, char** argv) {
   using namespace arf::stress;
-  if (argc > 1 && argv[1] == std::string("churn")) return arf::churn::churn_main(argc - 1, argv + 1);
+  if (argc > 1 && argv[1] == std::string("churn")) return arf::churn::churn_main(argc - 1, argv + 1, ARF_STRESS_VARIANT);
   int exit_code_on_parse = 0;
   const std::optional<StressArgs> args = parse_args(argc, argv, &exit_code_on_parse);
   if (!args) return exit_code_on_parse;

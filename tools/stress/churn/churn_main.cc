@@ -15,11 +15,12 @@
 
 namespace arf::churn {
 
-int churn_main(int argc, char** argv) {
+int churn_main(int argc, char** argv, const char* library_variant) {
   int code = kChurnOk;
-  const std::optional<ChurnOptions> parsed =
+  std::optional<ChurnOptions> parsed =
       parse_churn_options(argc, argv, &code, [](const char* name) { return std::getenv(name); });
   if (!parsed) return code;
+  parsed->library_variant = library_variant;
   const ChurnOptions& o = *parsed;
   // Before the first CUDA call. 32 hardware queues unless the caller chose (arfusion.h: queue
   // sharing between virtual ranks' streams is what the library then has to survive); --connections

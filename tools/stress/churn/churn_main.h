@@ -6,6 +6,8 @@
 namespace arf::churn {
 
 // argv[0] is "churn". Returns the process exit code (options.h ChurnExit).
-int churn_main(int argc, char** argv);
+// library_variant: the library build linked in (tools/stress/main.cc's ARF_STRESS_VARIANT: "release"
+// or a negative control), recorded in the JSON.
+int churn_main(int argc, char** argv, const char* library_variant);
 
 }  // namespace arf::churn

@@ -83,6 +83,7 @@ struct ChurnOptions {
   std::string rendezvous_id;
 
   std::string command_line;
+  std::string library_variant = "release";  // set by the binary (churn_main): which library it links
 
   bool processes() const { return process_rank >= 0; }
   int world() const { return processes() ? process_world : static_cast<int>(devices.size()); }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -233,6 +234,12 @@ bool write_json(const std::string& path, const ChurnOptions& o, const RunReport&
   nlohmann::json j;
   j["tool"] = "arfusion-stress churn";
   j["command_line"] = o.command_line;
+  // What was soaked: the commit the caller names (scripts/soak_tally.py pools runs of the same
+  // library sources) and the header's API version.
+  const char* commit = std::getenv("ARF_GIT_COMMIT");
+  j["git_commit"] = commit != nullptr ? commit : "";
+  j["api_version"] = ARF_API_VERSION;
+  j["library_variant"] = o.library_variant;  // "release", or a negative control's library
   j["world"] = o.world();
   j["processes"] = o.processes();
   j["rank"] = o.process_rank;

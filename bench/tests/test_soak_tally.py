@@ -1,0 +1,76 @@
+"""CPU tests of scripts/soak_tally.py: which churn runs count toward the soak target and how they
+pool (synthetic JSON; the library identity is injected instead of asking git)."""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+import soak_tally as st  # noqa: E402
+
+
+def churn_doc(world=2, commit="aaaaaaa", calls=100, wrong=0, failure="none", processes=False, rank=-1,
+              variant="release", command="churn --nranks 2", exit_code=0, replay=""):
+    return {"tool": "arfusion-stress churn", "git_commit": commit, "world": world, "processes": processes,
+            "rank": rank, "library_variant": variant, "command_line": command, "exit_code": exit_code,
+            "replay": replay, "setup_error": "",
+            "repeats": [{"seconds": 10.0, "per_plan_algorithm": {a: calls for a in st.ALGORITHMS},
+                         "ranks": [{"wrong_elements": wrong, "failure": failure}] * world,
+                         "cross_rank": {"error": "", "mismatched_calls": 0}}]}
+
+
+class SoakTally(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def write(self, name, doc):
+        path = os.path.join(self.dir.name, name)
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        return path
+
+    def run_tally(self, docs, identity=lambda c: {"aaaaaaa": "L1", "bbbbbbb": "L1", "ccccccc": "L2"}.get(c)):
+        files = [self.write(f"churn_{i}.json", d) for i, d in enumerate(docs)]
+        return st.tally(files, identity=identity)
+
+    def test_same_library_pools_across_commits(self):
+        groups = self.run_tally([churn_doc(commit="aaaaaaa"), churn_doc(commit="bbbbbbb", calls=50),
+                                 churn_doc(commit="ccccccc")])
+        self.assertEqual(len(groups), 2)
+        l1 = next(g for g in groups if g["library"] == "L1")
+        self.assertEqual(l1["calls"]["twoshot"], 150)
+        self.assertEqual(sorted(l1["commits"]), ["aaaaaaa", "bbbbbbb"])
+
+    def test_unclean_runs_add_nothing(self):
+        groups = self.run_tally([churn_doc(), churn_doc(wrong=3), churn_doc(failure="timeout"),
+                                 churn_doc(exit_code=1)])
+        self.assertEqual(groups[0]["calls"]["unfused"], 100)
+        self.assertEqual(groups[0]["unclean_runs"], 3)
+        self.assertFalse(groups[0]["met"])
+
+    def test_negative_controls_replays_and_other_ranks_are_left_out(self):
+        groups = self.run_tally([churn_doc(variant="no_shared_device_gate"),
+                                 churn_doc(variant="", command="churn --expect-failure"),
+                                 churn_doc(replay="tests/data/x.csv"),
+                                 churn_doc(processes=True, rank=1), churn_doc(processes=True, rank=0)])
+        self.assertEqual(len(groups), 1)
+        self.assertEqual(groups[0]["transport"], "ipc processes")
+        self.assertEqual(groups[0]["calls"]["oneshot_lamport"], 100)
+
+    def test_target_per_transport(self):
+        groups = self.run_tally([churn_doc(calls=1_000_000), churn_doc(processes=True, rank=0, calls=100_000)])
+        self.assertTrue(all(g["met"] for g in groups))
+        groups = self.run_tally([churn_doc(calls=999_999)])
+        self.assertFalse(groups[0]["met"])
+
+    def test_unknown_commit_pools_under_its_name(self):
+        groups = self.run_tally([churn_doc(commit="ddddddd")])
+        self.assertEqual(groups[0]["library"], "commit ddddddd")
+
+
+if __name__ == "__main__":
+    unittest.main()

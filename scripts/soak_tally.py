@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Tally of the engine-like churn soak toward its target, across runs and sessions.
+
+    python3 scripts/soak_tally.py [PATH ...] [--json OUT]
+
+PATH: churn JSON files (`arfusion-stress churn -J`) or directories searched for `churn*.json`
+(default: bench/results). Runs are pooled only where they soaked the same library: the same git
+tree of src/, include/, cmake/ and CMakeLists.txt at the run's commit (the JSON's `git_commit`, or
+for older files the commit suffix of the results folder, `<date>-<purpose>-<commit>/`). A commit
+git does not know pools under its own name.
+
+Per (library, world, transport): the calls that ran per algorithm (`per_plan_algorithm`: what the
+plan launched, forced or chosen by auto), against the target (>= 10^6 per algorithm at 2, 4 and 8
+virtual ranks; >= 10^5 as processes over ipc), and whether every pooled run was clean (0 wrong
+elements, no rank failure, no cross-rank difference, exit 0). A run that was not clean is counted
+in `unclean_runs` and its calls are not added: the target is calls with 0 wrong and 0 timeouts.
+Under arfusion-run each rank writes its own file; only rank 0's counts are added. Negative controls
+(another `library_variant`, or --expect-failure) and replays of a recorded sequence are not soak
+volume and are left out.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+ALGORITHMS = ("oneshot_lamport", "oneshot_pull", "twoshot", "unfused")
+TARGET_THREADS = 1_000_000
+TARGET_PROCESSES = 100_000
+LIBRARY_PATHS = ("src", "include", "cmake", "CMakeLists.txt")
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+
+def library_identity(commit, repo=REPO):
+    """The git objects of the library's sources at `commit` (short), or None if git lacks it."""
+    if not commit:
+        return None
+    ids = []
+    for path in LIBRARY_PATHS:
+        done = subprocess.run(["git", "-C", repo, "rev-parse", "--verify", "--quiet", f"{commit}:{path}"],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            return None
+        ids.append(done.stdout.strip()[:12])
+    return "-".join(ids)
+
+
+def commit_of(path, doc):
+    commit = doc.get("git_commit") or ""
+    if commit:
+        return commit
+    m = re.search(r"-([0-9a-f]{7,40})$", os.path.basename(os.path.dirname(os.path.abspath(path))))
+    return m.group(1) if m else ""
+
+
+def run_is_clean(doc, rep):
+    if doc.get("exit_code", 1) != 0 or doc.get("setup_error"):
+        return False
+    for r in rep.get("ranks", []):
+        if r.get("wrong_elements", 0) != 0 or r.get("failure", "none") != "none":
+            return False
+    cross = rep.get("cross_rank", {})
+    return not cross.get("error") and cross.get("mismatched_calls", 0) == 0
+
+
+def find_files(paths):
+    for p in paths:
+        if os.path.isdir(p):
+            for root, _, names in os.walk(p):
+                for n in sorted(names):
+                    if n.startswith("churn") and n.endswith(".json"):
+                        yield os.path.join(root, n)
+        else:
+            yield p
+
+
+def tally(files, identity=library_identity):
+    groups = {}
+    for path in files:
+        with open(path) as f:
+            doc = json.load(f)
+        if doc.get("tool") != "arfusion-stress churn":
+            continue
+        if doc.get("processes") and doc.get("rank", 0) not in (0, -1):
+            continue  # another rank's copy of the same calls
+        if doc.get("library_variant", "release") != "release" or "--expect-failure" in doc.get("command_line", ""):
+            continue  # a negative control's library (older files name no variant: its flag tells)
+        if doc.get("replay"):
+            continue  # a replayed sequence is a regression check, not soak volume
+        commit = commit_of(path, doc)
+        lib = identity(commit) or f"commit {commit or 'unknown'}"
+        transport = "ipc processes" if doc.get("processes") else "threads"
+        key = (lib, doc.get("world"), transport)
+        g = groups.setdefault(key, {"library": lib, "world": doc.get("world"), "transport": transport,
+                                    "commits": [], "files": [], "calls": {a: 0 for a in ALGORITHMS},
+                                    "runs": 0, "unclean_runs": 0, "seconds": 0.0})
+        if commit and commit not in g["commits"]:
+            g["commits"].append(commit)
+        g["files"].append(os.path.relpath(path, REPO))
+        for rep in doc.get("repeats", []):
+            g["runs"] += 1
+            if not run_is_clean(doc, rep):
+                g["unclean_runs"] += 1
+                continue
+            g["seconds"] += rep.get("seconds", 0.0)
+            for a in ALGORITHMS:
+                g["calls"][a] += rep.get("per_plan_algorithm", {}).get(a, 0)
+    out = []
+    for g in groups.values():
+        target = TARGET_PROCESSES if g["transport"] != "threads" else TARGET_THREADS
+        g["target_per_algorithm"] = target
+        g["met"] = g["unclean_runs"] == 0 and all(g["calls"][a] >= target for a in ALGORITHMS)
+        out.append(g)
+    out.sort(key=lambda g: (g["library"], g["transport"], g["world"] or 0))
+    return out
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("paths", nargs="*", default=[os.path.join(REPO, "bench", "results")])
+    ap.add_argument("--json", help="write the tally here")
+    args = ap.parse_args(argv)
+    groups = tally(list(find_files(args.paths)))
+    for g in groups:
+        calls = ", ".join(f"{a} {g['calls'][a]:,}" for a in ALGORITHMS)
+        state = "MET" if g["met"] else "not met"
+        print(f"{g['library']}  world {g['world']} {g['transport']}: {calls} "
+              f"(target {g['target_per_algorithm']:,} each: {state}); {g['runs']} run(s), "
+              f"{g['unclean_runs']} unclean, {g['seconds']:.0f} s; commits {', '.join(g['commits'])}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(groups, f, indent=2)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
