@@ -5,7 +5,7 @@
 
 PATH: churn JSON files (`arfusion-stress churn -J`) or directories searched for `churn*.json`
 (default: bench/results). Runs are pooled only where they soaked the same library: the same git
-tree of src/, include/, cmake/ and CMakeLists.txt at the run's commit (the JSON's `git_commit`, or
+objects of src/, include/ and the kernel-unit CMake files at the run's commit (the JSON's `git_commit`, or
 for older files the commit suffix of the results folder, `<date>-<purpose>-<commit>/`). A commit
 git does not know pools under its own name.
 
@@ -28,7 +28,9 @@ import sys
 ALGORITHMS = ("oneshot_lamport", "oneshot_pull", "twoshot", "unfused")
 TARGET_THREADS = 1_000_000
 TARGET_PROCESSES = 100_000
-LIBRARY_PATHS = ("src", "include", "cmake", "CMakeLists.txt")
+# What the library is built from: its sources and the CMake files that generate its kernel units.
+# CMakeLists.txt is left out: it changes with every test or tool target, the library's flags rarely.
+LIBRARY_PATHS = ("src", "include", "cmake/kernels.cmake", "cmake/kernel_rows.cmake")
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
 
