@@ -9,6 +9,7 @@
 #    (python/tests/cpu/stable_abi_stub): our code, not torch's API, on machines without torch.
 #  - python_gpu_cpp_ops (label gpu): the same scenarios through the ops' C++ kernels (torch's
 #    stable ABI, built into <build>/torch_ops by the test; torch >= 2.10, else skipped).
+#  - torch_tp_example (label gpu): examples/torch_tp run as a user would (torchrun, 2 ranks).
 # Not registered in sanitizer builds: an ASan-instrumented library cannot load into a plain
 # Python interpreter.
 if(NOT ARF_BUILD_TESTS OR ARF_SANITIZE)
@@ -30,6 +31,10 @@ set_tests_properties(python_cpu PROPERTIES LABELS cpu TIMEOUT 300 ENVIRONMENT "$
 
 add_test(NAME python_gpu COMMAND bash ${ARF_PYTHON_DIR}/tests/run_gpu_tests.sh)
 set_tests_properties(python_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 1500
+  ENVIRONMENT "${ARF_PYTHON_ENV}")
+
+add_test(NAME torch_tp_example COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/examples/torch_tp/run_example.sh)
+set_tests_properties(torch_tp_example PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600
   ENVIRONMENT "${ARF_PYTHON_ENV}")
 
 add_test(NAME python_gpu_cpp_ops COMMAND bash ${ARF_PYTHON_DIR}/tests/run_gpu_tests.sh --cpp-ops)
