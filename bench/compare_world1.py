@@ -7,17 +7,19 @@ of the copy bandwidth measured in its own run. Then the two world-1 targets, eac
 the rows that miss it:
   1. at every token count >= 2048, arfusion reaches >= 92% of the D2D copy bandwidth;
   2. at every token count, arfusion is at least as fast as torch.compile within the run's measured
-     noise: faster (ratio <= 1), or slower by less than the noise, i.e. arfusion's fastest repeat
-     is no slower than torch's slowest (the two ranges overlap). Rows within noise are listed.
-     Without repeats on both sides (arfusion-bench -R 1) the noise is unknown and only ratio <= 1
-     passes.
+     noise (timing_noise.py: faster, or ranges of the repeats overlapping); rows within noise are
+     listed.
 A row arfusion could not time, or whose check found wrong elements, misses both; so does a token
 count that only one of the two runs measured. Target 1 is NOT MEASURED (a miss) when no row has
 >= 2048 tokens.
 """
 import argparse
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing_noise import fmt_range, span, speed_verdict  # noqa: E402
 
 COPY_TARGET_PCT = 92.0
 COPY_TARGET_MIN_TOKENS = 2048
@@ -36,23 +38,6 @@ def arfusion_rows(doc):
                                "algo": row.get("algorithm"), "ok": ok and row.get("time_us"),
                                "range": span(row.get("repeats_us"))}
     return rows
-
-
-def span(samples):
-    """(fastest, slowest) of a row's repeated timed regions, or None with fewer than two."""
-    samples = [v for v in (samples or []) if v is not None]
-    return (min(samples), max(samples)) if len(samples) >= 2 else None
-
-
-def speed_verdict(arf_us, torch_us, arf_range, torch_range):
-    """faster | within noise | slower | unmeasured (target 2, per token count)."""
-    if arf_us is None or torch_us is None:
-        return "unmeasured"
-    if arf_us <= torch_us:
-        return "faster"
-    if arf_range and torch_range and arf_range[0] <= torch_range[1]:
-        return "within noise"
-    return "slower"
 
 
 def fmt(value, spec):
@@ -86,10 +71,6 @@ def compare(arf_doc, torch_doc):
                       "torch_pct_copy": t.get("pct_copy_bandwidth") if t else None,
                       "arfusion_algorithm": a["algo"] if a else None})
     return table, copy_misses, speed_misses, within_noise
-
-
-def fmt_range(r):
-    return "-" if not r else f"{r[0]:.2f}..{r[1]:.2f}"
 
 
 def print_report(table, copy_misses, speed_misses, within_noise, arf_doc, torch_doc):

@@ -12,6 +12,8 @@
 # Knobs: ARF_BENCH (binary); ARF_WORLD1_TMAX (largest token count, default 4096);
 # ARF_WORLD1_HIDDENS (default "8192 7168"); ARF_WORLD1_QUANT (patterns, default all five);
 # ARF_WORLD1_ITERS, ARF_WORLD1_REPLAYS (calls per CUDA graph, replays; default 50, 4; both sides);
+# ARF_WORLD1_REPEATS (timed regions per cell, both sides, default 3: medians compared, the ranges
+# give the noise the verdict allows, bench/timing_noise.py);
 # ARF_WORLD1_CHECK (arfusion's CPU check, default 1); ARF_TORCH_MODE (torch.compile mode, default
 # max-autotune-no-cudagraphs); ARF_TORCH_BUDGET_S (per hidden size: the torch script starts no
 # new row after so many seconds; default none); ARF_TORCH_SHAPES:
@@ -36,6 +38,7 @@ hiddens=${ARF_WORLD1_HIDDENS:-8192 7168}
 patterns=${ARF_WORLD1_QUANT:-fp8_tensor,fp8_token,fp8_group,nvfp4,mxfp4}
 iters=${ARF_WORLD1_ITERS:-50}
 replays=${ARF_WORLD1_REPLAYS:-4}
+repeats=${ARF_WORLD1_REPEATS:-3}
 check=${ARF_WORLD1_CHECK:-1}
 mode=${ARF_TORCH_MODE:-max-autotune-no-cudagraphs}
 shapes=${ARF_TORCH_SHAPES:-dynamic}
@@ -52,12 +55,12 @@ for hidden in $hiddens; do
     "$out/compare_world1_quant_h$hidden.json"
   "$bench" --op quant --devices 0 --tmin 1 --tmax "$tmax" --hidden "$hidden" -d bf16 \
     --quant "$patterns" --scale-layout row --scale-format fp32 \
-    -n "$iters" -w 5 -G "$replays" -c "$check" -J "$out/quant_w1_h$hidden.json" \
+    -n "$iters" -w 5 -G "$replays" -R "$repeats" -c "$check" -J "$out/quant_w1_h$hidden.json" \
     | tee "$out/quant_w1_h$hidden.txt"
   bench_rc=${PIPESTATUS[0]}
   echo "=== torch.compile, hidden $hidden ($(date -u +%H:%M:%S))"
   python3 bench/torch_quant_baseline.py --tmin 1 --tmax "$tmax" --hidden "$hidden" \
-    --patterns "$patterns" -n "$iters" -G "$replays" --mode "$mode" --shapes "$shapes" \
+    --patterns "$patterns" -n "$iters" -G "$replays" --repeats "$repeats" --mode "$mode" --shapes "$shapes" \
     "${budget[@]}" --json "$out/torch_quant_h$hidden.json" | tee "$out/torch_quant_h$hidden.txt"
   torch_rc=${PIPESTATUS[0]}
   if [[ -s $out/quant_w1_h$hidden.json && -s $out/torch_quant_h$hidden.json ]]; then
