@@ -37,6 +37,15 @@ def _load_file(name: str, path: pathlib.Path):
 errors = _load_file("arfusion_torch_errors_under_test", TORCH_PKG / "_errors.py")
 
 
+
+def _restore_env(saved):
+    """Puts back environment variables saved as {name: value or None (unset)}."""
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
 class TranslateError(unittest.TestCase):
     def test_library_failure_becomes_arf_error(self):
         e = errors.translate_error(RuntimeError(
@@ -110,11 +119,7 @@ class NativeChoice(unittest.TestCase):
             mod = _load_file("arfusion_torch_native_under_test", TORCH_PKG / "_native.py")
             return mod, loaded
         finally:
-            for k, v in saved_env.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            _restore_env(saved_env)
             if saved_torch is None:
                 sys.modules.pop("torch", None)
             else:
@@ -133,11 +138,7 @@ class NativeChoice(unittest.TestCase):
         try:
             mod.load(schemas)
         finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            _restore_env(old)
 
     def test_python_mode_loads_nothing(self):
         mod, loaded = self._native()
