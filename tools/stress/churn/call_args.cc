@@ -32,6 +32,11 @@ FlatArgs flat_args(const CallSpec& c, const TensorSet& t) {
   return f;
 }
 
+bool reference_rank_checks(const CallSpec& c, const RunConstants& k, uint32_t rank, uint32_t world) {
+  if (k.reference_every_rank || !c.comparable_across_ranks() || world <= 1) return true;
+  return c.index % world == rank;
+}
+
 DeviceCall device_call(const CallSpec& c, const RunConstants& k, uint32_t rank, uint32_t world,
                        const TensorSet& t) {
   DeviceCall d;
@@ -46,6 +51,7 @@ DeviceCall device_call(const CallSpec& c, const RunConstants& k, uint32_t rank, 
   d.hidden = c.hidden;
   d.count = c.elements();
   d.comparable = c.comparable_across_ranks() ? 1 : 0;
+  d.reference = reference_rank_checks(c, k, rank, world) ? 1 : 0;
   d.input = t.input;
   if (c.pattern == Pat::kAllReduce || c.pattern == Pat::kFlat) {
     const FlatArgs f = flat_args(c, t);

@@ -9,7 +9,8 @@
 //    norm_out = input when norm_out_is_input; quantized patterns always get norm_out (side output,
 //    checked), quant_out, scale_out when the pattern writes scales, scale_in when it reads one;
 //  - an input buffer that is also an output of the call is never overwritten with garbage
-//    (input_is_output, residual_is_output); gamma and scale_in always are.
+//    (input_is_output, residual_is_output); gamma and scale_in always are;
+//  - reference: whether this rank recomputes the call's expected outputs (reference_rank_checks).
 #pragma once
 
 #include <cstdint>
@@ -46,7 +47,18 @@ struct RunConstants {
   uint64_t seed = 1;
   uint32_t skew_us = 0;
   arfDataType_t dtype = arfBFloat16;
+  bool reference_every_rank = false;  // --reference all
 };
+
+// Whether `rank` recomputes the expected outputs of call `c` from every rank's inputs (the check
+// kernel's costly part: world hashes per element). A call whose outputs must match across ranks
+// is recomputed on ONE rank, call index % world (so every rank takes its turn and each sees every
+// pattern and shape); the other ranks only hash their outputs, and the cross-rank comparison of
+// the hashes (cross_rank.h) proves them bitwise equal to the checked ones. Calls with per-rank
+// residual/gamma (outputs differ by rank), and every call under --reference all, are recomputed
+// on every rank. Cheap checks that read only the rank's own outputs (quantization codes and scales
+// against its norm_out, scale padding) run on every rank regardless.
+bool reference_rank_checks(const CallSpec& c, const RunConstants& k, uint32_t rank, uint32_t world);
 
 // Our kernels' view of the same call; table/counters/mirror are filled by the caller.
 DeviceCall device_call(const CallSpec& c, const RunConstants& k, uint32_t rank, uint32_t world,

@@ -6,7 +6,9 @@
 //  - overwrite: garbage into every input buffer that is not also an output of the call (a reader
 //    that is late, i.e. a protocol slip, then sees garbage);
 //  - check: recomputes every expected output from the hash (every rank's inputs), counts wrong
-//    elements, records the first, adds the call's output hash to the table (counters.h).
+//    elements, records the first, adds the call's output hash to the table (counters.h); on a
+//    rank that is not the call's reference rank (call_args.h) it only hashes the outputs and runs
+//    the checks that need no other rank's data.
 // All three can have a LARGE per-CTA footprint (block threads and dynamic shared memory from
 // --foreign-block / --foreign-smem-kb): with ranks sharing a GPU, such a CTA may not fit on an SM
 // beside a collective's CTAs, which is the co-scheduling hazard the soak exists to exercise.
@@ -38,6 +40,7 @@ struct DeviceCall {
   uint32_t layout = 0;          // ScaleLayoutId
   uint32_t format = 0;          // arfScaleFormat_t (FP8 per-group)
   uint32_t comparable = 1;      // outputs must match across ranks
+  uint32_t reference = 1;       // recompute the expected outputs here (call_args.h reference_rank_checks)
   uint32_t skew_us = 0;
   uint32_t input_is_output = 0;     // allreduce_out / norm_out alias input: do not overwrite it
   uint32_t residual_is_output = 0;  // residual in place: do not overwrite residual_in

@@ -190,6 +190,11 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
   app.add_option("--timeout", o.timeout_seconds, "arfCommConfig_t.timeout_seconds")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--verify-calls", o.verify_calls, "arfCommConfig_t.verify_calls = 1");
+  std::string reference = "rotate";
+  app.add_option("--reference", reference,
+                 "rotate: each call's expected outputs recomputed on one rank (call % world), the "
+                 "others' outputs compared with it by hash; all: recomputed on every rank")
+      ->check(CLI::IsMember({"rotate", "all"}))->capture_default_str();
   app.add_flag("--pdl", o.pdl, "arfCommConfig_t.programmatic_launch = 1");
   app.add_option("--hang-seconds", o.hang_seconds, "watchdog: exit 2 when no call completes this long")
       ->check(CLI::PositiveNumber)->capture_default_str();
@@ -214,6 +219,7 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
   try {
     app.parse(argc, argv);
     o.dtype = dtype == "fp16" ? arfFloat16 : arfBFloat16;
+    o.reference_every_rank = reference == "all";
     o.patterns = parse_pattern_list(patterns);
     o.algos = parse_algorithm_list(algos);
     validate(o, nranks, devices->count() > 0 || nr->count() > 0, hiddens, env);

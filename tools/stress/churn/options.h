@@ -59,6 +59,10 @@ struct ChurnOptions {
   bool verify_calls = false;
   bool pdl = false;
 
+  // Verification: recompute each call's expected outputs on every rank (true) or on one rank per
+  // call, the others compared by hash (call_args.h reference_rank_checks).
+  bool reference_every_rank = false;
+
   // Monitoring and report.
   double hang_seconds = 120;
   double progress_seconds = 10;

@@ -102,6 +102,7 @@ class Loop {
     RunConstants rc;
     rc.seed = o_.seed;
     rc.skew_us = static_cast<uint32_t>(o_.skew_us);
+    rc.reference_every_rank = o_.reference_every_rank;
     rc.dtype = o_.dtype;
     DeviceCall d = device_call(c, rc, static_cast<uint32_t>(job_.rank), static_cast<uint32_t>(job_.world), tensors_);
     d.table = b_.table;

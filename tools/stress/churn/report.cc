@@ -253,6 +253,7 @@ bool write_json(const std::string& path, const ChurnOptions& o, const RunReport&
   j["foreign"] = {{"block", o.foreign_block}, {"smem_kb", o.foreign_smem_kb}, {"grid", o.foreign_grid},
                   {"kernels", r.foreign}};
   j["verify_calls"] = o.verify_calls;
+  j["reference"] = o.reference_every_rank ? "all" : "rotate";
   j["replay"] = o.replay_path;
   j["boundaries"] = {{"combinations", r.boundary_combinations}, {"points", r.boundary_points}};
   j["setup_error"] = r.setup_error;

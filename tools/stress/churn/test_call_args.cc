@@ -2,6 +2,8 @@
 // assume agree, and the overwrite kernel is never told to garbage an output.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "call_args.h"
 #include "replay_csv.h"
 #include "schedule.h"
@@ -120,6 +122,38 @@ TEST(ChurnCallArgs, OverwriteNeverHitsAnOutput) {
     }
     ASSERT_EQ(d.count, c.pattern == Pat::kFlat ? c.flat_count : c.tokens * c.hidden);
   }
+}
+
+// Every comparable call is recomputed on exactly one rank, each rank in turn; a call whose
+// outputs differ by rank (per-rank residual/gamma) and every call under --reference all on all.
+TEST(ChurnCallArgs, ReferenceRankRotates) {
+  const TensorSet t = fake_tensors();
+  RunConstants k;
+  CallSpec c;
+  c.pattern = Pat::kResidualRmsNorm;
+  c.tokens = 4;
+  c.hidden = 128;
+  for (uint32_t world : {1u, 2u, 4u, 8u}) {
+    std::vector<int> turns(world, 0);
+    for (uint64_t call = 0; call < 4 * world; ++call) {
+      c.index = call;
+      int on = 0;
+      for (uint32_t r = 0; r < world; ++r) {
+        const bool ref = reference_rank_checks(c, k, r, world);
+        EXPECT_EQ(device_call(c, k, r, world, t).reference, ref ? 1u : 0u);
+        on += ref;
+        turns[r] += ref;
+      }
+      EXPECT_EQ(on, 1) << "world " << world << " call " << call;
+    }
+    for (uint32_t r = 0; r < world; ++r) EXPECT_EQ(turns[r], 4) << "world " << world << " rank " << r;
+  }
+  c.per_rank_residual_gamma = true;  // outputs differ by rank: nobody else can vouch for them
+  ASSERT_FALSE(c.comparable_across_ranks());
+  for (uint32_t r = 0; r < 8; ++r) EXPECT_TRUE(reference_rank_checks(c, k, r, 8));
+  c.per_rank_residual_gamma = false;
+  k.reference_every_rank = true;
+  for (uint32_t r = 0; r < 8; ++r) EXPECT_TRUE(reference_rank_checks(c, k, r, 8));
 }
 
 }  // namespace

@@ -59,6 +59,10 @@ TEST(ChurnOptions, WorldAndBudget) {
   EXPECT_EQ(p.o->connections, 1);
   EXPECT_TRUE(p.o->verify_calls);
   EXPECT_EQ(p.o->patterns.size(), 3u);
+  EXPECT_FALSE(p.o->reference_every_rank);  // rotate by default
+  p = parse({"--nranks", "2", "--reference", "all"});
+  ASSERT_TRUE(p.o);
+  EXPECT_TRUE(p.o->reference_every_rank);
   p = parse({"--devices", "0,1,0,1"});
   ASSERT_TRUE(p.o);
   EXPECT_EQ(p.o->devices, (std::vector<int>{0, 1, 0, 1}));
@@ -67,6 +71,7 @@ TEST(ChurnOptions, WorldAndBudget) {
 TEST(ChurnOptions, Refusals) {
   for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
            {"--nranks", "3"},
+           {"--reference", "some"},
            {"--patterns", "bogus"},
            {"-a", "fastest"},
            {"--hiddens", "100"},                                  // not a multiple of 8
