@@ -116,6 +116,31 @@ void check_async(const RegisteredComm& c, const std::string& name) {
 // time through the stable ABI); most inputs already are.
 Tensor contiguous_of(const Tensor& t) { return t.is_contiguous() ? t : torch::stable::contiguous(t); }
 
+void check_shim(AOTITorchError e, const char* what) {
+  if (e != AOTI_TORCH_SUCCESS) fail(std::string("arfusion: ") + what + " failed");
+}
+
+// A new contiguous CUDA tensor of x's sizes, dtype and device (x: a CUDA tensor). The outputs of
+// the out-of-place ops: the stable ABI's empty_like goes through the boxed dispatcher (a few us
+// per call, measured), the C shim's empty_strided calls the allocator directly.
+Tensor empty_contiguous_like(const Tensor& x) {
+  const int64_t ndim = x.dim();
+  std::vector<int64_t> sizes(static_cast<size_t>(ndim)), strides(static_cast<size_t>(ndim));
+  int64_t stride = 1;
+  for (int64_t d = ndim - 1; d >= 0; --d) {
+    sizes[d] = x.size(d);
+    strides[d] = stride;
+    stride *= sizes[d] > 1 ? sizes[d] : 1;
+  }
+  int32_t dtype = 0;
+  check_shim(aoti_torch_get_dtype(x.get(), &dtype), "aoti_torch_get_dtype");
+  AtenTensorHandle out = nullptr;
+  check_shim(aoti_torch_empty_strided(ndim, sizes.data(), strides.data(), dtype, aoti_torch_device_type_cuda(),
+                                      x.get_device_index(), &out),
+             "aoti_torch_empty_strided");
+  return Tensor(out);
+}
+
 cudaStream_t current_stream(int32_t device) {
   void* stream = nullptr;
   if (aoti_torch_get_current_cuda_stream(device, &stream) != AOTI_TORCH_SUCCESS)
@@ -267,8 +292,8 @@ std::tuple<Tensor, Tensor> fused_add_rms_norm_out(Tensor input, std::optional<Te
   if (residual) on_device(c, comm, "fused_add_rms_norm_out", "residual", *residual);
   on_device(c, comm, "fused_add_rms_norm_out", "weight", weight);
   Tensor x = contiguous_of(input);
-  Tensor norm = torch::stable::empty_like(x);
-  Tensor res_out = torch::stable::empty_like(x);
+  Tensor norm = empty_contiguous_like(x);
+  Tensor res_out = empty_contiguous_like(x);
   if (rh.rows == 0) return {norm, res_out};
   std::optional<Tensor> r;
   if (residual) r = contiguous_of(*residual);
@@ -295,7 +320,7 @@ Tensor all_reduce(Tensor input, std::string comm) {
   RegisteredComm c = lookup(comm);
   on_device(c, comm, "all_reduce", "input", input);
   Tensor x = contiguous_of(input);
-  Tensor out = torch::stable::empty_like(x);
+  Tensor out = empty_contiguous_like(x);
   if (x.numel() == 0) return out;
   all_reduce_into(c, comm, x, out.data_ptr());
   return out;
@@ -410,8 +435,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> fused_add_rms_norm_quant(
   Tensor x = contiguous_of(input);
   Tensor q_out = torch::stable::new_empty(x, q.q_shape, q.q_dtype);
   Tensor s_out = torch::stable::new_empty(x, q.s_shape, q.s_dtype);
-  Tensor res_out = torch::stable::empty_like(x);
-  Tensor norm = with_norm ? torch::stable::empty_like(x) : torch::stable::new_empty(x, {0});
+  Tensor res_out = empty_contiguous_like(x);
+  Tensor norm = with_norm ? empty_contiguous_like(x) : torch::stable::new_empty(x, {0});
   if (rh.rows == 0) return {q_out, s_out, res_out, norm};
   const size_t expected = arfScaleBufferBytes(q.pattern, q.layout, q.format, static_cast<size_t>(rh.rows),
                                               static_cast<size_t>(rh.hidden));
