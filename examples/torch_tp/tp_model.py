@@ -22,6 +22,7 @@ import os
 import sys
 
 import torch
+import torch._inductor.config as inductor_config
 import torch.distributed as dist
 import torch.nn as nn
 
@@ -99,6 +100,11 @@ def main():
     x = torch.randn(args.tokens, args.hidden, generator=torch.Generator().manual_seed(0))
     x = x.to(torch.bfloat16).to(device)
 
+    # The pass runs when Inductor compiles a graph. A graph served from the FX graph cache (a
+    # second run of this script, say) was fused when it was first compiled, and the pass does not
+    # run again, so it would count nothing; this example checks the count, so it compiles afresh.
+    # Engines keep the cache on.
+    inductor_config.fx_graph_cache = False
     fusion = aft.AllReduceFusionPass(comm)
     compiled = torch.compile(model, fullgraph=True, options={"post_grad_custom_post_pass": fusion})
     with torch.no_grad():

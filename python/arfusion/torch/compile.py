@@ -114,6 +114,10 @@ class FusionStats:
             lines.append(f"  not replaced: {node}: {reason}")
         for note in self.notes:
             lines.append(f"  note: {note}")
+        if self.graphs == 0:
+            lines.append("  note: the pass has not run in this process: nothing compiled yet, or every "
+                         "graph came from Inductor's FX graph cache (a cached graph is the one the pass "
+                         "produced when it was compiled; the pass is not run again and counts nothing)")
         return "\n".join(lines)
 
 
