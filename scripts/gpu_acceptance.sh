@@ -20,12 +20,18 @@
 #             verify_calls on the four forced algorithms, ARF_VOLUME_SECONDS (default 120) at each of
 #             ARF_VOLUME_WORLDS (default "2 4 8"), seed ARF_SOAK_SEED (default: the time, so runs of
 #             different sessions draw different sequences); scripts/soak_tally.py pools the JSONs
+#   reference the churn soak's verification split (--reference): at 8 and 2 virtual ranks, the same
+#             seed for 12 s with every rank recomputing the expected outputs and with one rank per
+#             call (the others compared by hash): calls/s of each; then two negative-control
+#             libraries under the default (rotate) must still be caught
 #   ctest     ctest -L gpu (ARF_CTEST_EXCLUDE: a regex of tests to leave out)
 #   python    the torch integration: compile-pass graph dump, then python/tests/run_gpu_tests.sh
 #             (ARF_PYTHON_ARGS, e.g. "--worlds 2,4,8"), the FP8 scale probe, the op-overhead bench
 #   native    the C++ (stable-ABI) ops: build them (python3 -m arfusion.torch.build_ops), the
 #             op-overhead bench with each backend, python/tests/run_gpu_tests.sh --cpp-ops
-#             (ARF_NATIVE_ARGS, default "--worlds 2"; --without-quant leaves the quantized op's kernel out)
+#             (ARF_NATIVE_ARGS, default "--worlds 2"; --without-quant leaves the quantized op's kernel out).
+#             ARF_OPS_BASELINE=FILE (an older csrc/ops_stable.cc): also built, in a copy of python/,
+#             and the C++ op overhead measured old, new, old, new in the same run
 #   e2e       the end-to-end decoder: bench/e2e/run.sh ${ARF_E2E_ARGS:---quick} (results under bench/results)
 #   perf      world-1 epilogues against torch.compile (bench_world1.sh, bench_world1_quant.sh)
 #   build     configure and build ./build here (a snapshot from scripts/snapshot_for_device.sh)
@@ -91,6 +97,19 @@ for stage in "$@"; do
           -J "$out/log/churn_volume_${n}_seed$seed.json" > "$out/log/churn_volume_${n}_seed$seed.txt" 2>&1
         echo "volume $n ranks (seed $seed): exit $?"; tail -3 "$out/log/churn_volume_${n}_seed$seed.txt"
       done ;;
+    reference)
+      for n in 8 2; do
+        for ref in all rotate; do
+          timeout 60 ./build/arfusion-stress churn --nranks "$n" --seconds 12 --progress 0 --verify-calls \
+            --reference "$ref" --seed 7 -J "$out/log/reference_${n}_$ref.json" > "$out/log/reference_${n}_$ref.txt" 2>&1
+          echo "churn $n ranks, reference $ref: exit $?: $(grep 'calls/s' "$out/log/reference_${n}_$ref.txt")"
+        done
+      done
+      for v in no_end_barrier no_lamport_clear; do
+        timeout 90 "./build/arfusion-stress-$v" churn --expect-failure --nranks 4 --seconds 20 --timeout 2 \
+          --progress 0 -J "$out/log/reference_nc_$v.json" > "$out/log/reference_nc_$v.txt" 2>&1
+        echo "negative control $v under rotate: exit $? (0 = caught)"; grep -E "^repeat|cross-rank" "$out/log/reference_nc_$v.txt" | tail -3
+      done ;;
     ctest)
       ctest --test-dir "${configured:-build}" -L gpu ${ARF_CTEST_EXCLUDE:+-E "$ARF_CTEST_EXCLUDE"} \
         --output-on-failure > "$out/log/ctest_gpu.txt" 2>&1
@@ -108,6 +127,21 @@ for stage in "$@"; do
     native)
       timeout 180 python3 -m arfusion.torch.build_ops > "$out/log/native_build.txt" 2>&1
       echo "native ops build: exit $?"; tail -3 "$out/log/native_build.txt"
+      if [[ -n ${ARF_OPS_BASELINE:-} ]]; then
+        base=$(mktemp -d); cp -r python "$base/"; cp "$ARF_OPS_BASELINE" "$base/python/arfusion/torch/csrc/ops_stable.cc"
+        rm -rf "$base/python/arfusion/torch/_native_build"
+        PYTHONPATH=$base/python ARFUSION_INCLUDE=$PWD/include timeout 180 python3 -m arfusion.torch.build_ops \
+          > "$out/log/native_build_baseline.txt" 2>&1
+        echo "baseline ops build: exit $?"
+        for i in 1 2; do
+          for side in baseline current; do
+            pp=$PWD/python; [[ $side == baseline ]] && pp=$base/python
+            PYTHONPATH=$pp ARFUSION_TORCH_OPS=cpp timeout 200 python3 "$pp/tools/bench_op_overhead.py" \
+              "$out/log/op_overhead_ab_${side}_$i.json" > "$out/log/op_overhead_ab_${side}_$i.txt" 2>&1
+            echo "op overhead A/B ($side, round $i): exit $?"; grep -E "^(ctypes_raw|op_)" "$out/log/op_overhead_ab_${side}_$i.txt"
+          done
+        done
+      fi
       for b in python cpp; do
         ARFUSION_TORCH_OPS=$b timeout 200 python3 python/tools/bench_op_overhead.py \
           "$out/log/op_overhead_$b.json" > "$out/log/op_overhead_$b.txt" 2>&1
