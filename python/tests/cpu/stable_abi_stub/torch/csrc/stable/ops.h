@@ -12,7 +12,6 @@ class IntArrayStandIn {  // torch::headeronly::IntHeaderOnlyArrayRef's construct
   IntArrayStandIn(std::initializer_list<int64_t> v);
 };
 Tensor contiguous(const Tensor& self);
-Tensor empty_like(const Tensor& self);
 Tensor new_empty(const Tensor& self, IntArrayStandIn size,
                  std::optional<torch::headeronly::ScalarType> dtype = std::nullopt);
 }  // namespace torch::stable
