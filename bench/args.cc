@@ -232,6 +232,9 @@ void add_run_options(CLI::App& app, BenchArgs& a) {
   app.add_flag("--pdl", a.pdl,
                "launch the library's kernels with programmatic dependent launch "
                "(arfCommConfig_t::programmatic_launch)");
+  app.add_flag("--input-buffer", a.input_buffer,
+               "every rank's input is its communicator's input buffer (arfCommGetInputBuffer: peers "
+               "read it in place, no copy-in); one input set");
 }
 
 // --tune-out derives a table from the fused sweep (tune.h): the sweep must be one a table can be

@@ -103,8 +103,31 @@ std::string allocate_quant_buffers(int64_t quant_bytes, int64_t scale_bytes, cud
   return err == cudaSuccess ? "" : cuda_message(err, "upload scale_in");
 }
 
+std::string move_input_to_comm_buffer(arfComm_t comm, int64_t capacity_elems, cudaStream_t stream,
+                                      RankBuffers* b) {
+  void* buffer = nullptr;
+  size_t bytes = 0;
+  if (arfCommGetInputBuffer(comm, &buffer, &bytes) != arfSuccess) {
+    return std::string("arfCommGetInputBuffer: ") + arfGetLastErrorString();
+  }
+  const size_t need = static_cast<size_t>(capacity_elems) * 2;
+  if (b->input.size() != 1 || bytes < need) {
+    return "--input-buffer: the input buffer holds " + std::to_string(bytes) + " bytes, the sweep needs " +
+           std::to_string(need) + " in one input set";
+  }
+  cudaError_t err = cudaMemcpyAsync(buffer, b->input[0], need, cudaMemcpyDeviceToDevice, stream);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) return cuda_message(err, "copy into the input buffer");
+  cudaFree(b->input[0]);
+  b->input[0] = buffer;
+  b->input_is_comm_buffer = true;
+  return "";
+}
+
 void free_buffers(RankBuffers* b) {
-  for (void* p : b->input) cudaFree(p);
+  if (!b->input_is_comm_buffer) {
+    for (void* p : b->input) cudaFree(p);
+  }
   for (void* p : b->residual_in) cudaFree(p);
   for (void* p : {b->allreduce_out, b->residual_out, b->norm_out, b->gamma, b->quant_out,
                   b->scale_out, static_cast<void*>(b->scale_in)}) {

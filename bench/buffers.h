@@ -25,6 +25,7 @@ struct RankBuffers {
   int64_t hidden = 0;
   arfDataType_t dtype = arfBFloat16;
   std::vector<void*> input;        // [num sets]
+  bool input_is_comm_buffer = false;  // --input-buffer: input[0] is the communicator's (not freed)
   std::vector<void*> residual_in;  // [num sets]; empty for --op allreduce
   void* allreduce_out = nullptr;
   void* residual_out = nullptr;
@@ -67,6 +68,12 @@ using callkit::kStaticScale;
 // the other allocations, before any rank launches. Returns "" or the failure.
 std::string allocate_quant_buffers(int64_t quant_bytes, int64_t scale_bytes, cudaStream_t stream,
                                    RankBuffers* buffers);
+
+// --input-buffer: copies the (single) input set into the communicator's input buffer, frees the
+// set and points input[0] at the buffer. Returns "" or the failure (a buffer smaller than the
+// sweep's capacity included).
+std::string move_input_to_comm_buffer(arfComm_t comm, int64_t capacity_elems, cudaStream_t stream,
+                                      RankBuffers* buffers);
 
 // Host -> device copy of host.size() elements into dst, synchronous on `stream`.
 std::string upload(void* dst, const std::vector<uint16_t>& host, cudaStream_t stream);

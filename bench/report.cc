@@ -85,8 +85,9 @@ void Report::print_header() const {
   }
   const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   if (args_.repeats > 1) std::printf(", %d timed regions per cell (time: their median)", args_.repeats);
-  std::printf(", check %d, input sets %d, CUDA_DEVICE_MAX_CONNECTIONS=%s\n", args_.check,
-              header_.num_input_sets, connections != nullptr ? connections : "(default)");
+  std::printf(", check %d, input sets %d%s, CUDA_DEVICE_MAX_CONNECTIONS=%s\n", args_.check,
+              header_.num_input_sets, args_.input_buffer ? " (the communicators' input buffers)" : "",
+              connections != nullptr ? connections : "(default)");
   for (size_t r = 0; r < header_.layout.info.size(); ++r) {
     const DeviceInfo& d = header_.layout.info[r];
     std::printf("#  Rank %2zu device %2d [%s] %d SMs\n", r, d.ordinal, d.name.c_str(), d.sm_count);

@@ -45,6 +45,7 @@ json header_json(const BenchArgs& a, const RunHeader& h, const std::vector<std::
             {"repeats", a.repeats},
             {"check", a.check},
             {"input_sets", h.num_input_sets},
+            {"input_buffer", a.input_buffer},
             {"columns", columns},
             {"time_definition", "max over ranks of (elapsed / calls), microseconds; with repeats > 1 "
                                 "the median over the timed regions (each one's figure in repeats_us)"},

@@ -74,7 +74,9 @@ std::string Session::make_streams_and_buffers(int64_t capacity_elems, int64_t sc
   // Every rank asks before any allocates, so ranks sharing a GPU see the same free memory.
   pool_->share(&sets);
   pool_->share(&errors);
-  const int num_sets = static_cast<int>(*std::min_element(sets.begin(), sets.end()));
+  // --input-buffer: one set, the communicator's input buffer (there is one per rank).
+  const int num_sets =
+      ctx_.args->input_buffer ? 1 : static_cast<int>(*std::min_element(sets.begin(), sets.end()));
   auto first_error = [&]() -> std::string {
     if (!pool_->channel_error().empty()) return pool_->channel_error();
     for (int r = 0; r < world; ++r) {
@@ -90,6 +92,10 @@ std::string Session::make_streams_and_buffers(int64_t capacity_elems, int64_t sc
     if (errors[rank].empty() && op.quant_variants) {
       errors[rank] = allocate_quant_buffers(capacity_elems, scale_bytes, ctx_.streams[rank],
                                             &ctx_.buffers[rank]);
+    }
+    if (errors[rank].empty() && ctx_.args->input_buffer) {
+      errors[rank] = move_input_to_comm_buffer(ctx_.comms[rank], capacity_elems, ctx_.streams[rank],
+                                               &ctx_.buffers[rank]);
     }
   });
   pool_->share(&errors);

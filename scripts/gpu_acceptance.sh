@@ -24,6 +24,9 @@
 #             seed for 12 s with every rank recomputing the expected outputs and with one rank per
 #             call (the others compared by hash): calls/s of each; then two negative-control
 #             libraries under the default (rotate) must still be caught
+#   zero_copy the input buffer (arfCommGetInputBuffer): its GPU tests, then the plain all-reduce and
+#             the fused sweep at 2, 4 and 8 virtual ranks with the inputs copied in and with them in
+#             the input buffers, alternating in the same run (-n 100 -G 3 -R 3)
 #   ctest     ctest -L gpu (ARF_CTEST_EXCLUDE: a regex of tests to leave out)
 #   python    the torch integration: compile-pass graph dump, then python/tests/run_gpu_tests.sh
 #             (ARF_PYTHON_ARGS, e.g. "--worlds 2,4,8"), the FP8 scale probe, the op-overhead bench
@@ -109,6 +112,20 @@ for stage in "$@"; do
         timeout 90 "./build/arfusion-stress-$v" churn --expect-failure --nranks 4 --seconds 20 --timeout 2 \
           --progress 0 -J "$out/log/reference_nc_$v.json" > "$out/log/reference_nc_$v.txt" 2>&1
         echo "negative control $v under rotate: exit $? (0 = caught)"; grep -E "^repeat|cross-rank" "$out/log/reference_nc_$v.txt" | tail -3
+      done ;;
+    zero_copy)
+      ./build/arfusion_gpu_tests --gtest_filter='*InputBuffer*' > "$out/log/input_buffer_tests.txt" 2>&1
+      echo "input buffer tests: exit $?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests ran" "$out/log/input_buffer_tests.txt" | tail -8
+      for n in 2 4 8; do
+        for op in allreduce fused; do
+          for mode in copy buffer copy buffer; do
+            flag=(); [[ $mode == buffer ]] && flag=(--input-buffer)
+            j="$out/log/zero_copy_${op}_${n}_$mode"; k=1; while [[ -e $j.$k.json ]]; do k=$((k + 1)); done
+            timeout 200 ./build/arfusion-bench --op "$op" --nranks "$n" -n 100 -G 3 -R 3 "${flag[@]}" \
+              -J "$j.$k.json" > "$j.$k.txt" 2>&1
+            echo "bench $op $n ranks $mode (round $k): exit $?"
+          done
+        done
       done ;;
     ctest)
       ctest --test-dir "${configured:-build}" -L gpu ${ARF_CTEST_EXCLUDE:+-E "$ARF_CTEST_EXCLUDE"} \

@@ -369,6 +369,18 @@ arfStatus_t arfCommGetAsyncError(arfComm_t comm);
  * synchronization. */
 arfStatus_t arfCommGetFirstLostCall(arfComm_t comm, uint64_t* call);
 
+/* Zero-copy inputs. *ptr: this rank's input buffer, *bytes = max_tokens * max_hidden * 2: device
+ * memory of the workspace, on config->device, that every peer reads in place. A call (either
+ * entry point) whose input is exactly *ptr skips copying its input into the workspace where its
+ * algorithm copies (oneshot_pull); everything else about the call, its plan and its result bits
+ * included, is unchanged, and ranks may differ in whether they use it. Write the input there
+ * (e.g. as a GEMM's output) in stream order before the call. Contract, checked before launch
+ * (arfInvalidArgument): an input overlapping the buffer starts at *ptr; no other tensor of the
+ * call overlaps it, outputs aliasing such an input included (peers read it while the call runs).
+ * The buffer is left unchanged by calls whose input is *ptr; a call of this communicator whose
+ * input is elsewhere may overwrite it. Valid until arfCommDestroy. No synchronization. */
+arfStatus_t arfCommGetInputBuffer(arfComm_t comm, void** ptr, size_t* bytes);
+
 /* Bytes of device memory arfCommInitRank allocates on config->device for this rank's workspace
  * (config's capacity, dtype and world_size; nothing else of it is read): what an engine counts
  * before sizing its KV cache. Ranks sharing a device each allocate this much. Excludes the CUDA

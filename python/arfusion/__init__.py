@@ -253,6 +253,14 @@ class Comm:
             h, self._handle = self._handle, ctypes.c_void_p(None)
             _check(_c.arfCommDestroy(h), "arfCommDestroy")
 
+    def input_buffer(self) -> tuple[int, int]:
+        """arfCommGetInputBuffer: (device pointer, bytes) of this rank's input buffer, which peers
+        read in place: a call whose input is exactly this pointer skips its copy-in."""
+        ptr, size = ctypes.c_void_p(None), ctypes.c_size_t(0)
+        _check(_c.arfCommGetInputBuffer(ctypes.c_void_p(self.handle), ctypes.byref(ptr), ctypes.byref(size)),
+               "arfCommGetInputBuffer")
+        return int(ptr.value or 0), int(size.value)
+
     # -- health --
     def first_lost_call(self) -> int | None:
         call = ctypes.c_uint64(0)

@@ -239,6 +239,7 @@ _PROTOTYPES = {
     "arfCommGetAsyncError": (_status, [arfComm_t]),
     "arfCommGetFirstLostCall": (_status, [arfComm_t, _P(ctypes.c_uint64)]),
     "arfCommWorkspaceBytes": (_status, [_P(arfCommConfig_t), _P(ctypes.c_size_t)]),
+    "arfCommGetInputBuffer": (_status, [arfComm_t, _P(ctypes.c_void_p), _P(ctypes.c_size_t)]),
     "arfFusedArgsInit": (None, [_P(arfFusedArgs_t)]),
     "arfPlan": (_status, [arfComm_t, _P(arfFusedArgs_t), _P(arfPlan_t)]),
     "arfPlanShape": (_status, [arfComm_t, _P(arfFusedArgs_t), _P(arfPlan_t)]),

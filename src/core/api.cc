@@ -363,6 +363,16 @@ arfStatus_t arfCommGetFirstLostCall(arfComm_t comm, uint64_t* call) {
   return arfSuccess;
 }
 
+arfStatus_t arfCommGetInputBuffer(arfComm_t comm, void** ptr, size_t* bytes) {
+  ARF_API_REQUIRE(comm);
+  ARF_API_REQUIRE(ptr);
+  ARF_API_REQUIRE(bytes);
+  const arf::InputBuffer b = comm->impl->input_buffer();
+  *ptr = const_cast<void*>(b.ptr);
+  *bytes = static_cast<size_t>(b.bytes);
+  return arfSuccess;
+}
+
 arfStatus_t arfCommWorkspaceBytes(const arfCommConfig_t* config, size_t* bytes) {
   ARF_API_REQUIRE(config);
   ARF_API_REQUIRE(bytes);

@@ -61,7 +61,7 @@ Result<Plan> Communicator::plan_shape(const arfFusedArgs_t& caller_args) const {
 
 Result<Plan> Communicator::plan(const arfFusedArgs_t& caller_args) const {
   const arfFusedArgs_t args = upgrade_fused_args(&caller_args);
-  ARF_RETURN_IF_ERROR(validate(args, facts_, device_, pointer_check_));
+  ARF_RETURN_IF_ERROR(validate(args, facts_, device_, pointer_check_, input_buffer()));
   return with_nccl_reason(plan_for_shape(args, facts_, tuning_table_.get()), args, facts_,
                           nccl_why_);
 }
@@ -134,7 +134,8 @@ Status Communicator::allreduce(const void* in, void* out, size_t count, arfDataT
   ARF_RETURN_IF_ERROR(stream_check_.before_call(stream));
   (void)async_error();
   ARF_RETURN_IF_ERROR(check_healthy(failed_, failure_));
-  ARF_RETURN_IF_ERROR(validate_allreduce(count, dtype, in, out, facts_, device_, pointer_check_));
+  ARF_RETURN_IF_ERROR(
+      validate_allreduce(count, dtype, in, out, facts_, device_, pointer_check_, input_buffer()));
   // A flat count is laid out as rows of max_hidden (the last one partial), so it reuses the
   // row-based kernels and their capacity accounting unchanged.
   const int64_t elems = static_cast<int64_t>(count);

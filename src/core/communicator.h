@@ -116,6 +116,12 @@ class Communicator {
   const Plan& last_plan() const { return last_plan_; }
   // This rank's protocol state on its device (tests corrupt it to prove the integrity check).
   ControlBlock* control_block() const { return base_params_.ctrl; }
+  // arfCommGetInputBuffer: this rank's copy-in region (max_tokens x max_hidden elements), which
+  // peers read in place. A call whose input starts there skips the copy (oneshot_pull.cuh).
+  InputBuffer input_buffer() const {
+    return {base_params_.peers.pull[rank_],
+            static_cast<uint64_t>(facts_.max_tokens) * static_cast<uint64_t>(facts_.max_hidden) * 2};
+  }
 
  private:
   Communicator() = default;

@@ -128,6 +128,31 @@ Status check_aliasing(const std::vector<Range>& ranges) {
   return Status::ok();
 }
 
+// validate.h InputBuffer: the input may start at the buffer's base; nothing else may touch it.
+Status check_input_buffer(const std::vector<Range>& ranges, const InputBuffer& buffer) {
+  if (buffer.ptr == nullptr) return Status::ok();
+  const Range region{"the communicator's input buffer", buffer.ptr, buffer.bytes, false};
+  const bool input_there = std::any_of(ranges.begin(), ranges.end(), [&](const Range& r) {
+    return std::string(r.name) == "input" && r.ptr == buffer.ptr;
+  });
+  for (const Range& r : ranges) {
+    if (!overlaps(r, region)) continue;
+    const std::string name = r.name;
+    if (name == "input" && r.ptr == buffer.ptr) continue;
+    std::string msg = describe(r) + " overlaps " + describe(region);
+    if (name == "input") {
+      msg += " (an input there must start at its base, as arfCommGetInputBuffer returns it)";
+    } else if (input_there && r.ptr == buffer.ptr) {
+      msg += ": an output may not alias an input that is the input buffer (peers read it while the "
+             "call runs)";
+    } else {
+      msg += " (only a call's input may live there)";
+    }
+    return invalid_argument(msg);
+  }
+  return Status::ok();
+}
+
 Status check_devices(const std::vector<Range>& ranges, int device, const PointerCheck& check) {
   if (!check) return Status::ok();
   for (const Range& r : ranges) ARF_RETURN_IF_ERROR(check(r.ptr, r.name, device));
@@ -352,7 +377,7 @@ Status validate_shape(const arfFusedArgs_t& args, const StaticFacts& facts) {
 }
 
 Status validate(const arfFusedArgs_t& args, const StaticFacts& facts, int device,
-                const PointerCheck& check) {
+                const PointerCheck& check, const InputBuffer& input_buffer) {
   const arfFusedArgs_t a = upgrade_fused_args(&args);
   ARF_RETURN_IF_ERROR(check_header(a, facts));
   ARF_RETURN_IF_ERROR(check_shape(a, facts));
@@ -383,11 +408,13 @@ Status validate(const arfFusedArgs_t& args, const StaticFacts& facts, int device
   }
   ARF_RETURN_IF_ERROR(check_pointers(ranges, pattern));
   ARF_RETURN_IF_ERROR(check_aliasing(ranges));
+  ARF_RETURN_IF_ERROR(check_input_buffer(ranges, input_buffer));
   return check_devices(ranges, device, check);
 }
 
 Status validate_allreduce(size_t count, arfDataType_t dtype, const void* in, const void* out,
-                          const StaticFacts& facts, int device, const PointerCheck& check) {
+                          const StaticFacts& facts, int device, const PointerCheck& check,
+                          const InputBuffer& input_buffer) {
   if (dtype != arfBFloat16 && dtype != arfFloat16) {
     return invalid_argument("dtype " + std::to_string(static_cast<int>(dtype)) + " (" +
                             dtype_name(dtype) + ") is not an activation dtype (bf16 or fp16)");
@@ -414,6 +441,7 @@ Status validate_allreduce(size_t count, arfDataType_t dtype, const void* in, con
                                      {"allreduce_out", out, bytes, true}};
   ARF_RETURN_IF_ERROR(check_pointers(ranges, "allreduce"));
   ARF_RETURN_IF_ERROR(check_aliasing(ranges));
+  ARF_RETURN_IF_ERROR(check_input_buffer(ranges, input_buffer));
   return check_devices(ranges, device, check);
 }
 

@@ -67,8 +67,17 @@ arfFusedArgs_t upgrade_fused_args(const arfFusedArgs_t* args);
 // may be NULL; scale_out is required when the pattern writes scales, scale_in when it reads one
 // (its value, on the device, is not inspected); unused quant fields are ignored. Fields beyond
 // args.struct_size are treated as absent (upgrade_fused_args). Pure apart from `check`.
+// This rank's input buffer (arfCommGetInputBuffer): its copy-in region, which peers read in place.
+// Only a call's input may overlap it, and only starting at its base (then the copy is skipped);
+// every other tensor must be disjoint from it, outputs aliasing that input included (peers read
+// it while the call runs). ptr NULL: not checked (tests that do not model it).
+struct InputBuffer {
+  const void* ptr = nullptr;
+  uint64_t bytes = 0;
+};
+
 Status validate(const arfFusedArgs_t& args, const StaticFacts& facts, int device,
-                const PointerCheck& check);
+                const PointerCheck& check, const InputBuffer& input_buffer = {});
 
 // The checks of validate() that need no tensor: header, pattern/algorithm/dtype, shape, the
 // quantized pattern's rules and the epilogue's scalars. What arfPlanShape and arfPlanFromFacts
@@ -79,6 +88,7 @@ Status validate_shape(const arfFusedArgs_t& args, const StaticFacts& facts);
 // <= max_tokens * max_hidden, in/out non-null, 16-byte aligned, equal or disjoint, on the device.
 // count == 0 is a valid no-op (pointers not inspected).
 Status validate_allreduce(size_t count, arfDataType_t dtype, const void* in, const void* out,
-                          const StaticFacts& facts, int device, const PointerCheck& check);
+                          const StaticFacts& facts, int device, const PointerCheck& check,
+                          const InputBuffer& input_buffer = {});
 
 }  // namespace arf

@@ -1,6 +1,10 @@
 // oneshot_pull: copy-in, start barrier, every rank reads the row from all peers' copy-in buffers,
 // end barrier. Without the end barrier a fast rank returns and its next call overwrites its copy-in
 // buffer while a slow peer is still reading it (silent corruption under skew; AITER PR #4346).
+// A rank whose input IS its copy-in buffer (arfCommGetInputBuffer) skips the copy: what peers read
+// after the start barrier is the same, so ranks may differ in this; validation keeps every other
+// tensor of the call out of that buffer, and the end barrier still holds the rank's next write to
+// it (the caller's, in stream order) until every peer has read it.
 #pragma once
 
 #include "kernels/debug_stall.cuh"
@@ -44,7 +48,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_pull_
   const uint32_t call = static_cast<uint32_t>(protocol::call_entry(p));
   const uint32_t epoch = protocol::load_cta_epoch(p);
   debug::stall(p, debug::StallPoint::kBeforePublish, epoch);
-  pull_copy_in_rows<T, Epilogue::kVecs>(p);
+  if (p.input != p.peers.pull[p.rank]) pull_copy_in_rows<T, Epilogue::kVecs>(p);
   bool ok = false;
   // Release/acquire: the copy-in was written in this kernel, and peers read it next.
   if (protocol::peer_barrier<kWorld>(p, epoch + 1, Phase::kPullStartBarrier, call)) {

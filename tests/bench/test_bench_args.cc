@@ -83,6 +83,7 @@ TEST(BenchArgs, DefaultsAreTheMainJob) {
   EXPECT_EQ(a.max_tokens, 0);
   EXPECT_TRUE(a.json_path.empty());
   EXPECT_FALSE(a.dry_run);
+  EXPECT_FALSE(a.input_buffer);  // inputs in the bench's own buffers, copied in where pull copies
   EXPECT_EQ(a.min_bytes, kKiB);
   EXPECT_EQ(a.max_bytes, 64 * kMiB);
   EXPECT_EQ(a.step_factor, 2);
@@ -157,6 +158,7 @@ TEST(BenchArgs, RunOptions) {
   EXPECT_EQ(a.repeats, 1);  // one timed region per cell unless asked
   EXPECT_EQ(parse_ok({"--repeats", "5"}).repeats, 5);
   EXPECT_EQ(parse_ok({"-R", "3"}).repeats, 3);
+  EXPECT_TRUE(parse_ok({"--input-buffer"}).input_buffer);
 }
 
 // A cell's time over several timed regions is their median.

@@ -289,5 +289,76 @@ TEST_F(ValidateAllReduce, Rules) {
   EXPECT_NE(s.message().find("allreduce_out is memory of device 1"), std::string::npos);
 }
 
+// The communicator's input buffer (validate.h InputBuffer): 128 x 8192 bf16 at kBuffer.
+constexpr uint64_t kBuffer = 0x68000000, kBufferBytes = uint64_t{128} * 8192 * 2;
+
+class ValidateInputBuffer : public ValidateAllReduce {
+ protected:
+  Status run_buf() const {
+    return validate(args_, facts_, 0, check_, InputBuffer{addr(kBuffer), kBufferBytes});
+  }
+  Status run_ar_buf(size_t count, const void* in, const void* out) const {
+    return validate_allreduce(count, arfBFloat16, in, out, facts_, 0, check_,
+                              InputBuffer{addr(kBuffer), kBufferBytes});
+  }
+  static void expect(const Status& s, const std::string& substring) {
+    EXPECT_EQ(s.code(), arfInvalidArgument) << s.message();
+    EXPECT_NE(s.message().find(substring), std::string::npos)
+        << "message: " << s.message() << "\nexpected to contain: " << substring;
+  }
+};
+
+TEST_F(ValidateInputBuffer, InputAtItsBaseIsAccepted) {
+  EXPECT_TRUE(run_buf().is_ok()) << run_buf().message();  // nothing there
+  args_.input = addr(kBuffer);
+  EXPECT_TRUE(run_buf().is_ok()) << run_buf().message();
+  args_.residual_out = const_cast<void*>(args_.residual_in);  // residual in place stays legal
+  EXPECT_TRUE(run_buf().is_ok()) << run_buf().message();
+  args_.pattern = arfPatternAllReduce;
+  EXPECT_TRUE(run_buf().is_ok()) << run_buf().message();
+  args_.num_tokens = 128;  // the whole buffer
+  args_.hidden = 8192;
+  EXPECT_TRUE(run_buf().is_ok()) << run_buf().message();
+  EXPECT_TRUE(run_ar_buf(4096, addr(kBuffer), addr(kArOut)).is_ok());
+}
+
+TEST_F(ValidateInputBuffer, AnInputElsewhereInItIsRefused) {
+  args_.input = addr(kBuffer + 256);
+  expect(run_buf(), "must start at its base");
+  args_.input = addr(kBuffer - 256);  // starts below, runs into it
+  expect(run_buf(), "must start at its base");
+  expect(run_ar_buf(4096, addr(kBuffer + 4096), addr(kArOut)), "must start at its base");
+}
+
+TEST_F(ValidateInputBuffer, OutputsMayNotAliasAnInputThatIsTheBuffer) {
+  args_.input = addr(kBuffer);
+  args_.norm_out = addr(kBuffer);  // legal without the buffer (norm_out == input)
+  expect(run_buf(), "an output may not alias an input that is the input buffer");
+  EXPECT_TRUE(run().is_ok()) << run().message();  // the same call where no buffer is modelled
+  args_.norm_out = addr(kNormOut);
+  args_.pattern = arfPatternAllReduce;
+  args_.allreduce_out = addr(kBuffer);
+  expect(run_buf(), "an output may not alias an input that is the input buffer");
+  expect(run_ar_buf(4096, addr(kBuffer), addr(kBuffer)), "an output may not alias");
+}
+
+TEST_F(ValidateInputBuffer, NothingButTheInputMayLiveThere) {
+  args_.residual_in = addr(kBuffer);
+  expect(run_buf(), "residual_in");
+  expect(run_buf(), "only a call's input may live there");
+  args_.residual_in = addr(kResidualIn);
+  args_.gamma = addr(kBuffer + kBufferBytes - 256);
+  expect(run_buf(), "gamma");
+  args_.gamma = addr(kGamma);
+  args_.residual_out = addr(kBuffer + 1024);
+  expect(run_buf(), "residual_out");
+  args_.residual_out = addr(kResidualOut);
+  args_.norm_out = addr(kBuffer + 2 * kTensorBytes);
+  expect(run_buf(), "norm_out");
+  args_.norm_out = addr(kNormOut);
+  EXPECT_TRUE(run_buf().is_ok()) << run_buf().message();
+  expect(run_ar_buf(4096, addr(kInput), addr(kBuffer)), "only a call's input may live there");
+}
+
 }  // namespace
 }  // namespace arf

@@ -157,6 +157,11 @@ struct RunOptions {
   bool clobber_inputs = true;  // overwrite inputs right after each call
   int max_skew_us = 0;         // each rank sleeps up to this long before each call
   double hang_seconds = 120;   // HangGuard bound for the whole batch
+  // Zero-copy inputs (arfCommGetInputBuffer): where this returns true for (rank, call), the rank
+  // copies the call's input into its communicator's input buffer on its stream just before the
+  // call and passes the buffer as the input; clobber_inputs then garbages the buffer right after
+  // the call (a peer still reading it afterwards would read garbage). Null: never.
+  std::function<bool(int rank, size_t call)> input_in_buffer;
 };
 
 // Enqueues all calls back-to-back on every rank (no host sync between calls), then synchronizes,

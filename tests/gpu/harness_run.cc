@@ -40,6 +40,28 @@ std::string where(size_t call, const CallSpec& spec, int rank) {
          ": ";
 }
 
+// RunOptions::input_in_buffer: the call with its input moved into the communicator's input buffer.
+arfStatus_t launch_from_input_buffer(arfComm_t comm, const CallBuffers& b, arfDataType_t dtype,
+                                     cudaStream_t stream, bool clobber) {
+  void* buffer = nullptr;
+  size_t capacity = 0;
+  const arfStatus_t got = arfCommGetInputBuffer(comm, &buffer, &capacity);
+  if (got != arfSuccess) return got;
+  const size_t bytes = static_cast<size_t>(b.spec().elems()) * 2;
+  if (bytes > capacity) {
+    ADD_FAILURE() << "input of " << bytes << " bytes exceeds the input buffer's " << capacity;
+    return arfInvalidArgument;
+  }
+  cuda_ok(cudaMemcpyAsync(buffer, b.input(), bytes, cudaMemcpyDeviceToDevice, stream), "copy into the input buffer");
+  callkit::CallTensors t = b.tensors();
+  t.input = buffer;
+  const arfStatus_t st = callkit::launch_call(comm, b.spec(), dtype, t, stream);
+  if (st == arfSuccess && clobber) {
+    cuda_ok(cudaMemsetAsync(buffer, callkit::kClobberByte, bytes, stream), "clobber the input buffer");
+  }
+  return st;
+}
+
 }  // namespace
 
 std::vector<CallResult> run_calls(const World& world, const std::vector<CallSpec>& specs,
@@ -69,7 +91,11 @@ std::vector<CallResult> run_calls(const World& world, const std::vector<CallSpec
       if (options.max_skew_us > 0) {
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % (options.max_skew_us + 1)));
       }
-      const arfStatus_t st = buffers[r][c]->launch(world.comm(r), stream);
+      const bool in_buffer = options.input_in_buffer && options.input_in_buffer(r, c);
+      const arfStatus_t st =
+          in_buffer ? launch_from_input_buffer(world.comm(r), *buffers[r][c], world.dtype(), stream,
+                                               options.clobber_inputs)
+                    : buffers[r][c]->launch(world.comm(r), stream);
       if (st != arfSuccess) ADD_FAILURE() << where(c, specs[c], r) << status_text(st);
       if (!options.clobber_inputs) continue;
       // Stream-ordered right behind this rank's call, with no coordination between the ranks:

@@ -310,6 +310,28 @@ class Communicator:
         """Device bytes this rank's workspace takes (arfCommWorkspaceBytes)."""
         return _arf.workspace_bytes(self._config)
 
+    def input_buffer(self, num_tokens: int, hidden: int) -> "torch.Tensor":
+        """A [num_tokens, hidden] tensor of the communicator's dtype over this rank's input buffer
+        (arfCommGetInputBuffer): write a layer's partial sums there (e.g. ``torch.matmul(..., out=
+        buf)``) and pass ``buf`` as the next call's input, and peers read it in place instead of
+        the call copying it into the workspace first. Results are the same bits either way. Only
+        the input of a call may live there (outputs aliasing it are refused: peers read it while
+        the call runs), a call with its input elsewhere may overwrite it, and the tensor is valid
+        only while the communicator lives (it does not own the memory)."""
+        elem = 2
+        ptr, size = self._comm.input_buffer()
+        need = int(num_tokens) * int(hidden) * elem
+        if num_tokens < 0 or hidden <= 0 or need > size:
+            raise ValueError(f"arfusion: input_buffer({num_tokens}, {hidden}) needs {need} bytes; the "
+                             f"buffer holds {size} (max_tokens x max_hidden)")
+
+        class _View:  # the CUDA array interface, version 3: torch.as_tensor maps it without a copy
+            __cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (ptr, False),
+                                        "version": 3, "strides": None}
+
+        raw = torch.as_tensor(_View(), device=self.device)
+        return raw[:need].view(self.dtype).view(int(num_tokens), int(hidden))
+
     def plan_facts(self) -> dict:
         f = self._comm.plan_facts()
         return {name: getattr(f, name) for name, *_ in f._fields_ if name not in ("struct_size", "version")}

@@ -198,6 +198,37 @@ def core(ctx, quick=False):
 
     ctx.check("all_reduce / all_reduce_ vs reference", all_reduce)
 
+    def input_buffer():
+        # zero-copy inputs: the same bits with the input in the communicator's input buffer, for
+        # the out-of-place fused op and the all-reduce; an in-place op on it is refused
+        for t, h in ((3, 1024), (16, 2048), (64, 4096)):
+            xs = _rank_inputs(ctx.world, t, h, dtype, SEED + 80 + t)
+            residual, w = _shared(t, h, dtype, SEED + 80 + t)
+            x, r, wd = xs[ctx.rank].to(dev), residual.to(dev), w.to(dev)
+            want_norm, want_res = comm.fused_add_rms_norm_out(x, r, wd, eps)
+            buf = comm.input_buffer(t, h)
+            _require(buf.shape == (t, h) and buf.dtype == dtype and buf.device == x.device,
+                     f"input_buffer view {tuple(buf.shape)} {buf.dtype} {buf.device}")
+            buf.copy_(x)
+            norm, res = comm.fused_add_rms_norm_out(buf, r, wd, eps)
+            torch.cuda.synchronize()
+            _bits(norm, want_norm, f"{t}x{h}: norm with the input in the buffer")
+            _bits(res, want_res, f"{t}x{h}: residual with the input in the buffer")
+            _bits(buf, x, f"{t}x{h}: the call leaves the buffer alone")
+            _bits(comm.all_reduce(buf), ref.all_reduce(xs, dtype), f"{t}x{h}: all_reduce from the buffer")
+        buf = comm.input_buffer(8, 1024)
+        try:
+            comm.all_reduce_(buf)
+        except arfusion.ArfError as e:
+            _require("input buffer" in str(e), f"unexpected message: {e}")
+        else:
+            raise AssertionError("an in-place all_reduce_ on the input buffer was not refused")
+        torch.cuda.synchronize()
+        comm.check()
+
+    ctx.check("input_buffer: zero-copy inputs give the same bits; in place on it is refused",
+              input_buffer)
+
     quant_cases = [
         ("fp8_per_tensor", "row_major", "fp32"),
         ("fp8_per_token", "row_major", "fp32"),
