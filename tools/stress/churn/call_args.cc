@@ -1,6 +1,7 @@
 // Library arguments and kernel parameters of one call (call_args.h).
 #include "call_args.h"
 
+#include "data_gen.h"
 #include "quant_rules.h"
 
 namespace arf::churn {
@@ -30,6 +31,12 @@ FlatArgs flat_args(const CallSpec& c, const TensorSet& t) {
   f.out = c.allreduce_out_is_input ? static_cast<void*>(t.input) : t.allreduce_out;
   f.count = static_cast<size_t>(c.flat_count);
   return f;
+}
+
+bool input_in_buffer(const CallSpec& c, uint64_t seed, uint32_t rank, int percent) {
+  if (percent <= 0 || c.norm_out_is_input || c.allreduce_out_is_input) return false;
+  const uint64_t h = element_hash(stream_base(seed, c.index, rank, kStreamInputBuffer), 0);
+  return static_cast<int>(h % 100) < percent;
 }
 
 bool reference_rank_checks(const CallSpec& c, const RunConstants& k, uint32_t rank, uint32_t world) {

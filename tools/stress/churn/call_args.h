@@ -23,6 +23,7 @@ namespace arf::churn {
 
 struct TensorSet {
   uint16_t* input = nullptr;
+  uint16_t* input_buffer = nullptr;  // the communicator's (arfCommGetInputBuffer); never the default
   uint16_t* residual_in = nullptr;
   uint16_t* residual_out = nullptr;
   uint16_t* norm_out = nullptr;
@@ -59,6 +60,14 @@ struct RunConstants {
 // on every rank. Cheap checks that read only the rank's own outputs (quantization codes and scales
 // against its norm_out, scale padding) run on every rank regardless.
 bool reference_rank_checks(const CallSpec& c, const RunConstants& k, uint32_t rank, uint32_t world);
+
+// Whether `rank` passes call `c`'s input in its communicator's input buffer (arfCommGetInputBuffer)
+// instead of its own input tensor: a draw per (call, rank) from the seed, true for about `percent`
+// of them, so ranks differ (the library must give the same bits either way); never when an output
+// aliases the input (the header refuses that form with the buffer). The caller then swaps
+// TensorSet::input for input_buffer: the generate kernel writes the input there, the overwrite
+// kernel garbages it right behind the call.
+bool input_in_buffer(const CallSpec& c, uint64_t seed, uint32_t rank, int percent);
 
 // Our kernels' view of the same call; table/counters/mirror are filled by the caller.
 DeviceCall device_call(const CallSpec& c, const RunConstants& k, uint32_t rank, uint32_t world,

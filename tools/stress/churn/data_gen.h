@@ -29,6 +29,7 @@ enum DataStream : uint32_t {
   kStreamSkew = 5,
   kStreamScaleIn = 6,
   kStreamOutputHash = 7,
+  kStreamInputBuffer = 8,
 };
 
 // The rank id of data every rank shares (residual, gamma, scale_in of a replicated call).

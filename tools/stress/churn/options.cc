@@ -190,6 +190,10 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
   app.add_option("--timeout", o.timeout_seconds, "arfCommConfig_t.timeout_seconds")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--verify-calls", o.verify_calls, "arfCommConfig_t.verify_calls = 1");
+  auto* input_buffer = app.add_option("--input-buffer-percent", o.input_buffer_percent,
+                                      "share of (call, rank) pairs whose input is the communicator's "
+                                      "input buffer (zero-copy; default 33, replays 0)")
+                           ->check(CLI::Range(0, 100));
   std::string reference = "rotate";
   app.add_option("--reference", reference,
                  "rotate: each call's expected outputs recomputed on one rank (call % world), the "
@@ -220,6 +224,7 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
     app.parse(argc, argv);
     o.dtype = dtype == "fp16" ? arfFloat16 : arfBFloat16;
     o.reference_every_rank = reference == "all";
+    if (!o.replay_path.empty() && input_buffer->count() == 0) o.input_buffer_percent = 0;
     o.patterns = parse_pattern_list(patterns);
     o.algos = parse_algorithm_list(algos);
     validate(o, nranks, devices->count() > 0 || nr->count() > 0, hiddens, env);

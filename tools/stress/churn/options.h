@@ -63,6 +63,10 @@ struct ChurnOptions {
   // call, the others compared by hash (call_args.h reference_rank_checks).
   bool reference_every_rank = false;
 
+  // Zero-copy inputs: the share (percent) of (call, rank) pairs whose input is the communicator's
+  // input buffer (call_args.h input_in_buffer); replays default to 0 (the CSV is the call).
+  int input_buffer_percent = 33;
+
   // Monitoring and report.
   double hang_seconds = 120;
   double progress_seconds = 10;

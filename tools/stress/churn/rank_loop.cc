@@ -44,6 +44,12 @@ class Loop {
         oracle_(comm_oracle(job.comm, o_.dtype)) {
     out_->stats.max_tokens = o_.max_tokens;
     out_->stats.largest_hidden = o_.hiddens.back();
+    void* buffer = nullptr;
+    size_t bytes = 0;
+    if (arfCommGetInputBuffer(job.comm, &buffer, &bytes) == arfSuccess &&
+        bytes >= static_cast<size_t>(o_.max_tokens * o_.max_hidden) * 2) {
+      tensors_.input_buffer = static_cast<uint16_t*>(buffer);
+    }
   }
 
   void run() {
@@ -104,7 +110,13 @@ class Loop {
     rc.skew_us = static_cast<uint32_t>(o_.skew_us);
     rc.reference_every_rank = o_.reference_every_rank;
     rc.dtype = o_.dtype;
-    DeviceCall d = device_call(c, rc, static_cast<uint32_t>(job_.rank), static_cast<uint32_t>(job_.world), tensors_);
+    TensorSet t = tensors_;
+    if (t.input_buffer != nullptr &&
+        input_in_buffer(c, o_.seed, static_cast<uint32_t>(job_.rank), o_.input_buffer_percent)) {
+      t.input = t.input_buffer;
+      ++out_->input_in_buffer;
+    }
+    DeviceCall d = device_call(c, rc, static_cast<uint32_t>(job_.rank), static_cast<uint32_t>(job_.world), t);
     d.table = b_.table;
     d.table_calls = b_.sizes.table_calls;
     d.counters = b_.counters;
@@ -112,10 +124,10 @@ class Loop {
     if (!cuda_ok(launch_generate(d, job_.shape, b_.stream), "generate kernel launch")) return false;
     arfStatus_t st;
     if (c.pattern == Pat::kFlat) {
-      const FlatArgs f = flat_args(c, tensors_);
+      const FlatArgs f = flat_args(c, t);
       st = arfAllReduce(job_.comm, f.in, f.out, f.count, o_.dtype, b_.stream);
     } else {
-      const arfFusedArgs_t a = fused_args(c, o_.dtype, tensors_);
+      const arfFusedArgs_t a = fused_args(c, o_.dtype, t);
       st = arfFusedAllReduce(job_.comm, &a, b_.stream);
     }
     if (st != arfSuccess) {

@@ -39,6 +39,7 @@ enum class Failure { kNone = 0, kAsync, kRefused, kCuda, kSchedule };
 
 struct RankOutcome {
   IssueStats stats;
+  uint64_t input_in_buffer = 0;  // calls whose input was the communicator's input buffer (per rank)
   uint64_t issued = 0;
   Failure failure = Failure::kNone;
   arfStatus_t status = arfSuccess;

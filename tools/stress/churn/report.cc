@@ -103,6 +103,7 @@ nlohmann::json repeat_json(const RepeatReport& r) {
     before += k.wrong_before_loss;
     nlohmann::json e = {{"rank", k.rank}, {"checks_done", k.checks_done}, {"wrong_elements", k.wrong},
                         {"wrong_before_first_lost_call", k.wrong_before_loss},
+                        {"input_in_buffer_calls", k.input_in_buffer},
                         {"failure", failure_name(k.failure)}};
     if (k.failure != Failure::kNone) {
       e["status"] = arfGetStatusString(k.status);
@@ -202,10 +203,11 @@ void print_report(const ChurnOptions& o, const RunReport& r) {
     for (const auto& [k, v] : s.per_hidden) std::printf(" %" PRId64 "=%" PRIu64, k, v);
     std::printf("\n#   %-18s", "tokens");
     for (const auto& [k, v] : s.per_token_kind) std::printf(" %s=%" PRIu64, k.c_str(), v);
-    std::printf("\n#   %-6s %10s %12s %12s  %s\n", "rank", "checked", "wrong", "wrong<lost", "failure");
+    std::printf("\n#   %-6s %10s %12s %12s %10s  %s\n", "rank", "checked", "wrong", "wrong<lost", "in buffer",
+                "failure");
     for (const RankReport& k : rep.ranks) {
-      std::printf("#   %-6d %10" PRIu64 " %12" PRIu64 " %12" PRIu64 "  %s\n", k.rank, k.checks_done, k.wrong,
-                  k.wrong_before_loss, failure_name(k.failure));
+      std::printf("#   %-6d %10" PRIu64 " %12" PRIu64 " %12" PRIu64 " %10" PRIu64 "  %s\n", k.rank, k.checks_done,
+                  k.wrong, k.wrong_before_loss, k.input_in_buffer, failure_name(k.failure));
     }
     if (rep.cross_done) {
       std::printf("#   cross-rank: %" PRIu64 " calls compared, %" PRIu64 " differ%s\n", rep.cross.compared,
@@ -254,6 +256,7 @@ bool write_json(const std::string& path, const ChurnOptions& o, const RunReport&
                   {"kernels", r.foreign}};
   j["verify_calls"] = o.verify_calls;
   j["reference"] = o.reference_every_rank ? "all" : "rotate";
+  j["input_buffer_percent"] = o.input_buffer_percent;
   j["replay"] = o.replay_path;
   j["boundaries"] = {{"combinations", r.boundary_combinations}, {"points", r.boundary_points}};
   j["setup_error"] = r.setup_error;

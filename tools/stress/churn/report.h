@@ -30,6 +30,7 @@ struct RankReport {
   arfStatus_t status = arfSuccess;
   std::string message;
   uint64_t first_lost = UINT64_MAX;
+  uint64_t input_in_buffer = 0;  // calls whose input was the communicator's input buffer
 };
 
 struct RepeatReport {

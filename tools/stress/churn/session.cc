@@ -278,6 +278,7 @@ std::string Session::run_repeat(int repeat, RunReport* report) {
     k.status = outcomes[i].status;
     k.message = outcomes[i].message;
     k.first_lost = outcomes[i].first_lost;
+    k.input_in_buffer = outcomes[i].input_in_buffer;
     rep.ranks.push_back(k);
   }
   if (!o_.processes()) {

@@ -156,5 +156,31 @@ TEST(ChurnCallArgs, ReferenceRankRotates) {
   for (uint32_t r = 0; r < 8; ++r) EXPECT_TRUE(reference_rank_checks(c, k, r, 8));
 }
 
+// The input-buffer draw: about the asked share of (call, rank) pairs, ranks differing, never with an
+// output aliasing the input, never at 0 %, always at 100 %.
+TEST(ChurnCallArgs, InputInBufferDraw) {
+  CallSpec c;
+  c.pattern = Pat::kResidualRmsNorm;
+  int hits = 0, differ = 0;
+  constexpr int kCalls = 3000;
+  for (int call = 0; call < kCalls; ++call) {
+    c.index = static_cast<uint64_t>(call);
+    const bool r0 = input_in_buffer(c, 7, 0, 33), r1 = input_in_buffer(c, 7, 1, 33);
+    hits += r0;
+    differ += r0 != r1;
+    EXPECT_FALSE(input_in_buffer(c, 7, 0, 0));
+    EXPECT_TRUE(input_in_buffer(c, 7, 0, 100));
+  }
+  EXPECT_GT(hits, kCalls * 28 / 100);
+  EXPECT_LT(hits, kCalls * 38 / 100);
+  EXPECT_GT(differ, kCalls / 5);  // ranks make their own choice
+  c.norm_out_is_input = true;
+  EXPECT_FALSE(input_in_buffer(c, 7, 0, 100));
+  c.norm_out_is_input = false;
+  c.pattern = Pat::kFlat;
+  c.allreduce_out_is_input = true;
+  EXPECT_FALSE(input_in_buffer(c, 7, 0, 100));
+}
+
 }  // namespace
 }  // namespace arf::churn

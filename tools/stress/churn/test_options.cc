@@ -60,9 +60,16 @@ TEST(ChurnOptions, WorldAndBudget) {
   EXPECT_TRUE(p.o->verify_calls);
   EXPECT_EQ(p.o->patterns.size(), 3u);
   EXPECT_FALSE(p.o->reference_every_rank);  // rotate by default
+  EXPECT_EQ(p.o->input_buffer_percent, 33);
   p = parse({"--nranks", "2", "--reference", "all"});
   ASSERT_TRUE(p.o);
   EXPECT_TRUE(p.o->reference_every_rank);
+  p = parse({"--replay", "calls.csv"});  // the CSV is the call: no input-buffer draws unless asked
+  ASSERT_TRUE(p.o);
+  EXPECT_EQ(p.o->input_buffer_percent, 0);
+  p = parse({"--replay", "calls.csv", "--input-buffer-percent", "50"});
+  ASSERT_TRUE(p.o);
+  EXPECT_EQ(p.o->input_buffer_percent, 50);
   p = parse({"--devices", "0,1,0,1"});
   ASSERT_TRUE(p.o);
   EXPECT_EQ(p.o->devices, (std::vector<int>{0, 1, 0, 1}));
@@ -72,6 +79,7 @@ TEST(ChurnOptions, Refusals) {
   for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
            {"--nranks", "3"},
            {"--reference", "some"},
+           {"--input-buffer-percent", "101"},
            {"--patterns", "bogus"},
            {"-a", "fastest"},
            {"--hiddens", "100"},                                  // not a multiple of 8
