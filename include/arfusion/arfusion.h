@@ -375,7 +375,8 @@ arfStatus_t arfCommGetFirstLostCall(arfComm_t comm, uint64_t* call);
  * algorithm copies (oneshot_pull); everything else about the call, its plan and its result bits
  * included, is unchanged, and ranks may differ in whether they use it. Write the input there
  * (e.g. as a GEMM's output) in stream order before the call. Contract, checked before launch
- * (arfInvalidArgument): an input overlapping the buffer starts at *ptr; no other tensor of the
+ * (arfInvalidArgument): an input overlapping the buffer starts at *ptr and fits in it (so a call
+ * over max_tokens, which only the nccl algorithm runs, cannot use it); no other tensor of the
  * call overlaps it, outputs aliasing such an input included (peers read it while the call runs).
  * The buffer is left unchanged by calls whose input is *ptr; a call of this communicator whose
  * input is elsewhere may overwrite it. Valid until arfCommDestroy. No synchronization. */

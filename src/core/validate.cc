@@ -138,9 +138,12 @@ Status check_input_buffer(const std::vector<Range>& ranges, const InputBuffer& b
   for (const Range& r : ranges) {
     if (!overlaps(r, region)) continue;
     const std::string name = r.name;
-    if (name == "input" && r.ptr == buffer.ptr) continue;
+    if (name == "input" && r.ptr == buffer.ptr && r.bytes <= buffer.bytes) continue;
     std::string msg = describe(r) + " overlaps " + describe(region);
-    if (name == "input") {
+    if (name == "input" && r.ptr == buffer.ptr) {
+      msg += ": the input is larger than the buffer (a call over max_tokens, which only the nccl "
+             "algorithm runs, cannot take its input there)";
+    } else if (name == "input") {
       msg += " (an input there must start at its base, as arfCommGetInputBuffer returns it)";
     } else if (input_there && r.ptr == buffer.ptr) {
       msg += ": an output may not alias an input that is the input buffer (peers read it while the "

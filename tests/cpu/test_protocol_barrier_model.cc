@@ -5,7 +5,10 @@
 // epoch_reached, release stores and acquire loads. The model with the end barrier must never read
 // another call's data; the model WITHOUT it (a fast rank's next call overwrites the buffer a slow
 // peer is still reading) must be caught — a negative control
-// proving that this style of check can see the bug at all.
+// proving that this style of check can see the bug at all. Zero-copy inputs (arfCommGetInputBuffer:
+// the caller writes the buffer, in stream order before the call, instead of the kernel's copy-in)
+// are this same sequence: the rank's write to its buffer precedes its start barrier either way, and
+// its next write (the caller's or the next copy-in) follows its end barrier.
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -330,6 +330,15 @@ TEST_F(ValidateInputBuffer, AnInputElsewhereInItIsRefused) {
   expect(run_ar_buf(4096, addr(kBuffer + 4096), addr(kArOut)), "must start at its base");
 }
 
+TEST_F(ValidateInputBuffer, AnInputLargerThanTheBufferIsRefused) {
+  facts_.nccl = true;  // over max_tokens only the nccl algorithm runs, and validation lets it through
+  args_.input = addr(kBuffer);
+  args_.num_tokens = 512;  // max_tokens is 128; 512 x 4096 elements run past the 128 x 8192 buffer
+  EXPECT_TRUE(run().is_ok()) << run().message();  // legal where no buffer is modelled
+  expect(run_buf(), "the input is larger than the buffer");
+  expect(run_ar_buf(128 * 8192 + 8, addr(kBuffer), addr(kArOut)), "the input is larger than the buffer");
+}
+
 TEST_F(ValidateInputBuffer, OutputsMayNotAliasAnInputThatIsTheBuffer) {
   args_.input = addr(kBuffer);
   args_.norm_out = addr(kBuffer);  // legal without the buffer (norm_out == input)
