@@ -129,21 +129,21 @@ Status check_aliasing(const std::vector<Range>& ranges) {
 }
 
 // validate.h InputBuffer: the input may start at the buffer's base; nothing else may touch it.
+// On every call's path: no allocation unless a range overlaps the buffer.
 Status check_input_buffer(const std::vector<Range>& ranges, const InputBuffer& buffer) {
   if (buffer.ptr == nullptr) return Status::ok();
   const Range region{"the communicator's input buffer", buffer.ptr, buffer.bytes, false};
-  const bool input_there = std::any_of(ranges.begin(), ranges.end(), [&](const Range& r) {
-    return std::string(r.name) == "input" && r.ptr == buffer.ptr;
-  });
+  auto is_input = [](const Range& r) { return std::strcmp(r.name, "input") == 0; };
+  const bool input_there = std::any_of(ranges.begin(), ranges.end(),
+                                       [&](const Range& r) { return is_input(r) && r.ptr == buffer.ptr; });
   for (const Range& r : ranges) {
     if (!overlaps(r, region)) continue;
-    const std::string name = r.name;
-    if (name == "input" && r.ptr == buffer.ptr && r.bytes <= buffer.bytes) continue;
+    if (is_input(r) && r.ptr == buffer.ptr && r.bytes <= buffer.bytes) continue;
     std::string msg = describe(r) + " overlaps " + describe(region);
-    if (name == "input" && r.ptr == buffer.ptr) {
+    if (is_input(r) && r.ptr == buffer.ptr) {
       msg += ": the input is larger than the buffer (a call over max_tokens, which only the nccl "
              "algorithm runs, cannot take its input there)";
-    } else if (name == "input") {
+    } else if (is_input(r)) {
       msg += " (an input there must start at its base, as arfCommGetInputBuffer returns it)";
     } else if (input_there && r.ptr == buffer.ptr) {
       msg += ": an output may not alias an input that is the input buffer (peers read it while the "

@@ -69,9 +69,8 @@ arfFusedArgs_t upgrade_fused_args(const arfFusedArgs_t* args);
 // args.struct_size are treated as absent (upgrade_fused_args). Pure apart from `check`.
 // This rank's input buffer (arfCommGetInputBuffer): its copy-in region, which peers read in place.
 // Only a call's input may overlap it, and only starting at its base and within it (then the copy
-// is skipped);
-// every other tensor must be disjoint from it, outputs aliasing that input included (peers read
-// it while the call runs). ptr NULL: not checked (tests that do not model it).
+// is skipped); every other tensor must be disjoint from it, outputs aliasing that input included
+// (peers read it while the call runs). ptr NULL: not checked (tests that do not model it).
 struct InputBuffer {
   const void* ptr = nullptr;
   uint64_t bytes = 0;
