@@ -26,7 +26,8 @@
 #             libraries under the default (rotate) must still be caught
 #   zero_copy the input buffer (arfCommGetInputBuffer): its GPU tests, then the plain all-reduce and
 #             the fused sweep at 2, 4 and 8 virtual ranks with the inputs copied in and with them in
-#             the input buffers, alternating in the same run (-n 100 -G 3 -R 3)
+#             the input buffers, alternating in the same run (-n 100 -G 3 -R 3; oneshot_pull, which
+#             the buffer spares its copy-in, and auto; decode to prefill sizes)
 #   ctest     ctest -L gpu (ARF_CTEST_EXCLUDE: a regex of tests to leave out)
 #   python    the torch integration: compile-pass graph dump, then python/tests/run_gpu_tests.sh
 #             (ARF_PYTHON_ARGS, e.g. "--worlds 2,4,8"), the FP8 scale probe, the op-overhead bench
@@ -121,8 +122,10 @@ for stage in "$@"; do
           for mode in copy buffer copy buffer; do
             flag=(); [[ $mode == buffer ]] && flag=(--input-buffer)
             j="$out/log/zero_copy_${op}_${n}_$mode"; k=1; while [[ -e $j.$k.json ]]; do k=$((k + 1)); done
-            timeout 200 ./build/arfusion-bench --op "$op" --nranks "$n" -n 100 -G 3 -R 3 "${flag[@]}" \
-              -J "$j.$k.json" > "$j.$k.txt" 2>&1
+            sweep=(--tokens 1,8,32,128,512,2048 --hidden 8192)
+            [[ $op == allreduce ]] && sweep=(-b 16K -e 16M -f 4)
+            timeout 200 ./build/arfusion-bench --op "$op" --nranks "$n" -a oneshot_pull,auto "${sweep[@]}" \
+              -n 100 -G 3 -R 3 "${flag[@]}" -J "$j.$k.json" > "$j.$k.txt" 2>&1
             echo "bench $op $n ranks $mode (round $k): exit $?"
           done
         done
