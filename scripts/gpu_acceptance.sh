@@ -109,10 +109,17 @@ for stage in "$@"; do
           echo "churn $n ranks, reference $ref: exit $?: $(grep 'calls/s' "$out/log/reference_${n}_$ref.txt")"
         done
       done
-      for v in no_end_barrier no_lamport_clear; do
+      # The diagnostic libraries carry the unquantized bf16 kernels only; each control forces the
+      # algorithm whose rule it breaks.
+      for v in no_end_barrier:oneshot_pull no_lamport_clear:oneshot_lamport; do
+        a=${v#*:}; v=${v%%:*}
         timeout 90 "./build/arfusion-stress-$v" churn --expect-failure --nranks 4 --seconds 20 --timeout 2 \
-          --progress 0 -J "$out/log/reference_nc_$v.json" > "$out/log/reference_nc_$v.txt" 2>&1
+          --patterns allreduce,flat,residual_rmsnorm -a "$a" --progress 0 \
+          -J "$out/log/reference_nc_$v.json" > "$out/log/reference_nc_$v.txt" 2>&1
         echo "negative control $v under rotate: exit $? (0 = caught)"; grep -E "^repeat|cross-rank" "$out/log/reference_nc_$v.txt" | tail -3
+        # Caught by the check (wrong elements, cross-rank differences) or only by an expired wait:
+        python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["repeats"][0]; print("  wrong elements", r["wrong_elements"], "before the first lost call", r["wrong_before_first_lost_call"], "cross-rank", r["cross_rank"])' \
+          "$out/log/reference_nc_$v.json" 2>/dev/null
       done ;;
     zero_copy)
       ./build/arfusion_gpu_tests --gtest_filter='*InputBuffer*' > "$out/log/input_buffer_tests.txt" 2>&1
