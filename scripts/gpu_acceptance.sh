@@ -18,12 +18,15 @@
 #             30) and its negative control
 #   volume    soak volume toward the target (>= 10^6 calls per algorithm): the churn soak with
 #             verify_calls on the four forced algorithms, ARF_VOLUME_SECONDS (default 120) at each of
-#             ARF_VOLUME_WORLDS (default "2 4 8"), seed ARF_SOAK_SEED (default: the time, so runs of
-#             different sessions draw different sequences); scripts/soak_tally.py pools the JSONs
+#             ARF_VOLUME_WORLDS (default "2 4 8"), one soak per GPU at once (ARF_VOLUME_GPUS, default
+#             all visible), seeds from ARF_SOAK_SEED (default: the time, so runs of different
+#             sessions draw different sequences); with ARF_VOLUME_IPC_CALLS > 0 also that many calls
+#             as 2 processes over ipc; scripts/soak_tally.py pools the JSONs
 #   reference the churn soak's verification split (--reference): at 8 and 2 virtual ranks, the same
 #             seed for 12 s with every rank recomputing the expected outputs and with one rank per
 #             call (the others compared by hash): calls/s of each; then two negative-control
-#             libraries under the default (rotate) must still be caught
+#             libraries under the default (rotate) must still be caught (ARF_REFERENCE_RATES=0:
+#             only those)
 #   zero_copy the input buffer (arfCommGetInputBuffer): its GPU tests, then the plain all-reduce and
 #             the fused sweep at 2, 4 and 8 virtual ranks with the inputs copied in and with them in
 #             the input buffers, alternating in the same run (-n 100 -G 3 -R 3; oneshot_pull, which
@@ -94,15 +97,37 @@ for stage in "$@"; do
         -J "$out/log/churn_no_gate.json" > "$out/log/churn_no_gate.txt" 2>&1
       echo "churn without the gate (expect-failure): exit $? (0 = failure detected)"; tail -4 "$out/log/churn_no_gate.txt" ;;
     volume)
+      # One soak per visible GPU at a time, each on its own GPU with its own seed (virtual ranks
+      # stay on one GPU): a multi-GPU machine multiplies the volume; soak_tally.py pools the files.
       seed=${ARF_SOAK_SEED:-$(date +%s)}
-      for n in ${ARF_VOLUME_WORLDS:-2 4 8}; do
-        ./build/arfusion-stress churn --nranks "$n" --seconds "${ARF_VOLUME_SECONDS:-120}" --progress 0 \
-          --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed "$seed" \
-          -J "$out/log/churn_volume_${n}_seed$seed.json" > "$out/log/churn_volume_${n}_seed$seed.txt" 2>&1
-        echo "volume $n ranks (seed $seed): exit $?"; tail -3 "$out/log/churn_volume_${n}_seed$seed.txt"
-      done ;;
+      gpus=${ARF_VOLUME_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
+      [[ $gpus -ge 1 ]] || gpus=1
+      for n in ${ARF_VOLUME_WORLDS-2 4 8}; do  # set and empty: none
+        pids=()
+        for ((g = 0; g < gpus; g++)); do
+          s=$((seed + g)); j="$out/log/churn_volume_${n}_seed$s"
+          CUDA_VISIBLE_DEVICES=$g ./build/arfusion-stress churn --nranks "$n" --seconds "${ARF_VOLUME_SECONDS:-120}" \
+            --progress 0 --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed "$s" \
+            -J "$j.json" > "$j.txt" 2>&1 &
+          pids+=($!)
+        done
+        for ((g = 0; g < gpus; g++)); do
+          wait "${pids[$g]}"; echo "volume $n ranks, GPU $g (seed $((seed + g))): exit $?"
+          tail -2 "$out/log/churn_volume_${n}_seed$((seed + g)).txt"
+        done
+      done
+      # Two processes on one GPU over the ipc transport (a calls budget: processes stop together).
+      if [[ ${ARF_VOLUME_IPC_CALLS:-0} -gt 0 ]]; then
+        j="$out/log/churn_volume_ipc2_seed$seed"
+        timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" ./build/arfusion-run --timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" -n 2 -- \
+          ./build/arfusion-stress churn --calls "$ARF_VOLUME_IPC_CALLS" --progress 0 --verify-calls \
+          -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed "$seed" --hash-dir "$j.hashes" -J "$j.json" \
+          > "$j.txt" 2>&1
+        echo "volume ipc 2 processes (seed $seed): exit $?"; grep -E "calls/s|RESULT" "$j.txt" | tail -3
+      fi ;;
     reference)
-      for n in 8 2; do
+      # ARF_REFERENCE_RATES=0: the negative controls only
+      [[ ${ARF_REFERENCE_RATES:-1} == 0 ]] || for n in 8 2; do
         for ref in all rotate; do
           timeout 60 ./build/arfusion-stress churn --nranks "$n" --seconds 12 --progress 0 --verify-calls \
             --reference "$ref" --seed 7 -J "$out/log/reference_${n}_$ref.json" > "$out/log/reference_${n}_$ref.txt" 2>&1
