@@ -13,6 +13,11 @@ time of the launches only; the GPU drains between batches and the launch queue n
   op_out          torch.ops.arfusion.fused_add_rms_norm_out (allocates two outputs)
   comm_method     Communicator.fused_add_rms_norm_out (wrapper + op)
   torch_add_norm  for scale: x + r then F.rms_norm in eager torch (two-three kernels)
+  aten_two_outputs  for scale: torch.ops.aten._fused_rms_norm (one kernel, two new tensors: what
+                  any out-of-place op returning two outputs costs through the dispatcher)
+The cases run round-robin (repeat i runs every case once), and the differences that matter
+(op - ctypes call, out-of-place - in-place, ...) are taken per repeat: their median and p10/p90
+are printed and kept under "paired_differences_us", robust to the host's drift between repeats.
 plus gpu_us (CUDA-event time per fused call over a batch) and graph_replay_us (one CUDA graph of
 --calls fused calls, per call).
 
@@ -96,22 +101,47 @@ def main():
         "comm_method": lambda: comm.fused_add_rms_norm_out(x, r, w, 1e-6),
         "torch_add_norm": lambda: F.rms_norm(x + r, (h,), w, 1e-6),
     }
+    fused_norm = getattr(torch.ops.aten, "_fused_rms_norm", None)
+    try:
+        if fused_norm is not None and len(fused_norm(x, [h], w, 1e-6)) == 2:
+            cases["aten_two_outputs"] = lambda: fused_norm(x, [h], w, 1e-6)
+    except (RuntimeError, TypeError) as e:  # another signature in this torch: no such baseline
+        print(f"aten._fused_rms_norm unusable here ({e}); no aten_two_outputs case", flush=True)
     results = {}
+    per_call = {name: [] for name in cases}
     with torch.no_grad():
-        for name, fn in cases.items():
+        for fn in cases.values():
             for _ in range(20):
                 fn()
-            torch.cuda.synchronize()
-            per_call = []
-            for _ in range(args.repeats):
+        torch.cuda.synchronize()
+        # Round-robin: repeat i times every case once, so that the host's drift (clock, other
+        # tenants) falls on all of them alike and differences can be taken per repeat.
+        for _ in range(args.repeats):
+            for name, fn in cases.items():
                 t0 = time.perf_counter()
                 for _ in range(args.calls):
                     fn()
                 t1 = time.perf_counter()
                 torch.cuda.synchronize()
-                per_call.append((t1 - t0) / args.calls * 1e6)
-            results[name] = {"median_us": statistics.median(per_call), "min_us": min(per_call)}
+                per_call[name].append((t1 - t0) / args.calls * 1e6)
+        for name, times in per_call.items():
+            results[name] = {"median_us": statistics.median(times), "min_us": min(times)}
             print(f"{name:16s} {results[name]['median_us']:8.2f} us/call (min {results[name]['min_us']:.2f})",
+                  flush=True)
+
+        def paired(a, b):
+            d = sorted(x - y for x, y in zip(per_call[a], per_call[b]))
+            return {"median_us": statistics.median(d), "p10_us": d[len(d) // 10],
+                    "p90_us": d[(9 * len(d)) // 10]}
+
+        pairs = {"op_inplace - ctypes_raw": paired("op_inplace", "ctypes_raw"),
+                 "op_out - ctypes_raw": paired("op_out", "ctypes_raw"),
+                 "op_out - op_inplace": paired("op_out", "op_inplace"),
+                 "ctypes_raw - ctypes_noop": paired("ctypes_raw", "ctypes_noop")}
+        if "aten_two_outputs" in cases:
+            pairs["op_out - aten_two_outputs"] = paired("op_out", "aten_two_outputs")
+        for k, v in pairs.items():
+            print(f"{k:28s} {v['median_us']:+7.2f} us (p10 {v['p10_us']:+.2f}, p90 {v['p90_us']:+.2f})",
                   flush=True)
 
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -149,6 +179,7 @@ def main():
         "graph_replay_us": graph_us, "ops_backend": aft.ops.backend(),
         "python_overhead_us": {k: results[k]["median_us"] - results["ctypes_raw"]["median_us"]
                                for k in ("op_inplace", "op_out", "comm_method")},
+        "paired_differences_us": pairs, "interleaved": True,
     }
     with open(args.json_out, "w") as f:
         json.dump(out, f, indent=1)
