@@ -42,6 +42,18 @@ CHURN_HD inline uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
   return x ^ (x >> 31);
 }
 
+// A 32-bit finaliser (two 32-bit multiplies; a bijection of uint32). Where quality matters less
+// than cost: a GPU multiplies 64-bit integers in several instructions, and at full capacity the
+// soak's kernels evaluate about 70 hashes per element index per call, which is what bounds the
+// soak's rate at 8 virtual ranks.
+CHURN_HD inline uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  return x ^ (x >> 16);
+}
+
 // Key of one (call, rank, stream); element i's hash is element_hash(base, i).
 CHURN_HD inline uint64_t stream_base(uint64_t seed, uint64_t call, uint32_t rank, uint32_t stream) {
   return mix64(mix64(seed ^ mix64(call)) ^ ((static_cast<uint64_t>(rank) << 32) | stream));
@@ -87,13 +99,20 @@ CHURN_HD inline float data_value32(uint64_t base, uint64_t index) {
   return x == 0.0f ? 0.5f : x;
 }
 
-// Garbage written over an input after the call: arbitrary bits (NaN patterns included).
+// Garbage written over an input after the call: arbitrary bits (NaN patterns included), different
+// per (call, rank) through `base` and per element; a late reader of the input reads these instead
+// of the data (any one element equals its data value with probability 2^-16). Statistical
+// quality is not needed, so one 32-bit mix: the index's high half (the buffers' offsets, 1 << 40
+// and up) enters by its own multiplier.
+CHURN_HD inline uint32_t garbage_bits(uint64_t base, uint64_t index) {
+  const uint32_t lo = static_cast<uint32_t>(index), hi = static_cast<uint32_t>(index >> 32);
+  return mix32(static_cast<uint32_t>(base) ^ (lo * 0x9E3779B1u) ^ (hi * 0x85EBCA77u) ^
+               static_cast<uint32_t>(base >> 32));
+}
 CHURN_HD inline uint16_t garbage16(uint64_t base, uint64_t index) {
-  return static_cast<uint16_t>(element_hash(base, index) >> 17);
+  return static_cast<uint16_t>(garbage_bits(base, index) >> 9);
 }
-CHURN_HD inline uint32_t garbage32(uint64_t base, uint64_t index) {
-  return static_cast<uint32_t>(element_hash(base, index) >> 7);
-}
+CHURN_HD inline uint32_t garbage32(uint64_t base, uint64_t index) { return garbage_bits(base, index); }
 
 // The device-side delay of (call, rank) before its inputs are written, in ns: 0 .. skew_us us.
 CHURN_HD inline uint64_t skew_ns(uint64_t seed, uint64_t call, uint32_t rank, uint32_t skew_us) {
@@ -122,11 +141,15 @@ CHURN_HD inline uint32_t shared_data_rank(bool per_rank, uint32_t rank) {
 // One output element's contribution to a call's output hash: the hash is the wrapping SUM of
 // these over every output element, so CTAs may add their parts in any order and every rank with
 // the same output bits gets the same 64-bit value. base = output_base(call, output id).
+// Terms are distinct for distinct (index, bits) under one base: (index << 16 | bits) is injective
+// for 16-bit bits (every output element is 16 bits or narrower) and index < 2^48, xor with the
+// base keeps it so and mix64 is a bijection. So two outputs that differ in any element differ in
+// the sum unless their term differences cancel modulo 2^64 (chance ~2^-64). One mix64 per term.
 CHURN_HD inline uint64_t output_base(uint64_t call, uint32_t output) {
   return stream_base(0x6F75747075747321ull, call, output, kStreamOutputHash);
 }
-CHURN_HD inline uint64_t output_term(uint64_t base, uint64_t index, uint32_t bits) {
-  return mix64(element_hash(base, index) + bits);
+CHURN_HD inline uint64_t output_term(uint64_t base, uint64_t index, uint16_t bits) {
+  return mix64(base ^ ((index << 16) | bits));
 }
 
 }  // namespace arf::churn

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "data_gen.h"
@@ -231,6 +232,50 @@ TEST(ChurnDataGen, SkewAndScales) {
   EXPECT_NE(output_term(output_base(3, 0), 5, 1), output_term(output_base(3, 0), 5, 2));
   EXPECT_NE(output_term(output_base(3, 0), 5, 1), output_term(output_base(3, 1), 5, 1));
   EXPECT_NE(output_term(output_base(3, 0), 5, 1), output_term(output_base(4, 0), 5, 1));
+}
+
+// The cross-rank comparison rests on this: under one base, distinct (index, bits) give distinct
+// terms, so an output differing in one element always changes the call's hash.
+TEST(ChurnDataGen, OutputTermsAreDistinctPerIndexAndBits) {
+  const uint64_t base = output_base(11, 2);
+  std::set<uint64_t> seen;
+  for (uint64_t index : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{65535}, uint64_t{65536},
+                         uint64_t{1} << 24, (uint64_t{1} << 31) - 1}) {
+    for (uint32_t bits = 0; bits < 65536; bits += 7) {
+      EXPECT_TRUE(seen.insert(output_term(base, index, static_cast<uint16_t>(bits))).second)
+          << "index " << index << " bits " << bits;
+    }
+  }
+  // Neighbouring indices with the same bits, and the same index under another call's base.
+  for (uint64_t index = 0; index < 200000; ++index) {
+    EXPECT_NE(output_term(base, index, 0x3F80), output_term(base, index + 1, 0x3F80));
+    EXPECT_NE(output_term(base, index, 0x3F80), output_term(output_base(12, 2), index, 0x3F80));
+  }
+}
+
+// Garbage differs per call, per rank and per buffer (the offsets in the index's high half), and
+// covers the 16-bit range, NaN patterns included.
+TEST(ChurnDataGen, GarbageDiffersPerCallRankAndBuffer) {
+  const uint64_t a = stream_base(5, 100, 0, kStreamGarbage), b = stream_base(5, 101, 0, kStreamGarbage),
+                 c = stream_base(5, 100, 1, kStreamGarbage);
+  int same_call = 0, same_rank = 0, same_buffer = 0, nan_bf16 = 0;
+  std::set<uint16_t> values;
+  const int n = 1 << 16;
+  for (uint64_t i = 0; i < static_cast<uint64_t>(n); ++i) {
+    const uint16_t g = garbage16(a, i);
+    same_call += g == garbage16(b, i);
+    same_rank += g == garbage16(c, i);
+    same_buffer += g == garbage16(a, i + (uint64_t{1} << 40));
+    nan_bf16 += (g & 0x7F80u) == 0x7F80u && (g & 0x7Fu) != 0;
+    values.insert(g);
+  }
+  // Independent 16-bit values agree 1 time in 65536.
+  EXPECT_LT(same_call, 8);
+  EXPECT_LT(same_rank, 8);
+  EXPECT_LT(same_buffer, 8);
+  EXPECT_GT(values.size(), static_cast<size_t>(n) * 6 / 10);  // ~63% distinct for random draws
+  EXPECT_GT(nan_bf16, n / 512);                               // ~1/256 are bf16 NaNs
+  EXPECT_NE(garbage32(a, 3), garbage32(a, 3 + (uint64_t{2} << 40)));
 }
 
 }  // namespace
