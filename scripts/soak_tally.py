@@ -17,6 +17,12 @@ in `unclean_runs` and its calls are not added: the target is calls with 0 wrong 
 Under arfusion-run each rank writes its own file; only rank 0's counts are added. Negative controls
 (another `library_variant`, or --expect-failure) and replays of a recorded sequence are not soak
 volume and are left out.
+
+The target is calls WITH the soak's coverage, so each run is also classified by what it drew: every
+pattern of PATTERNS, a hidden above 8192, full-capacity calls and tiny-after-large transitions. Runs
+missing any of these pool in a group of their own ("partial coverage: ..." names what is missing),
+which never meets the target; runs from before the soak drew them (hidden <= 8192, five patterns)
+land there.
 """
 import argparse
 import json
@@ -26,6 +32,7 @@ import subprocess
 import sys
 
 ALGORITHMS = ("oneshot_lamport", "oneshot_pull", "twoshot", "unfused")
+PATTERNS = ("allreduce", "flat", "residual_rmsnorm", "fp8_tensor", "fp8_token", "fp8_group", "nvfp4", "mxfp4")
 TARGET_THREADS = 1_000_000
 TARGET_PROCESSES = 100_000
 # What the library is built from: its sources and the CMake files that generate its kernel units.
@@ -66,6 +73,23 @@ def run_is_clean(doc, rep):
     return not cross.get("error") and cross.get("mismatched_calls", 0) == 0
 
 
+def coverage_of(rep):
+    """"full coverage", or "partial coverage: <what is missing>", from one repeat's counters."""
+    missing = []
+    patterns = {k for k, v in rep.get("per_pattern", {}).items() if v > 0}
+    absent = [p for p in PATTERNS if p not in patterns]
+    if absent:
+        missing.append("patterns " + ", ".join(absent))
+    hiddens = [int(k) for k, v in rep.get("per_hidden", {}).items() if v > 0]
+    if not hiddens or max(hiddens) <= 8192:
+        missing.append("no hidden above 8192")
+    if rep.get("full_capacity_calls", 0) == 0:
+        missing.append("no full-capacity call")
+    if rep.get("tiny_after_large_transitions", 0) == 0:
+        missing.append("no tiny-after-large transition")
+    return "full coverage" if not missing else "partial coverage: " + "; ".join(missing)
+
+
 def find_files(paths):
     for p in paths:
         if os.path.isdir(p):
@@ -93,28 +117,35 @@ def tally(files, identity=library_identity):
         commit = commit_of(path, doc)
         lib = identity(commit) or f"commit {commit or 'unknown'}"
         transport = "ipc processes" if doc.get("processes") else "threads"
-        key = (lib, doc.get("world"), transport)
-        g = groups.setdefault(key, {"library": lib, "world": doc.get("world"), "transport": transport,
-                                    "commits": [], "files": [], "calls": {a: 0 for a in ALGORITHMS},
-                                    "runs": 0, "unclean_runs": 0, "seconds": 0.0})
-        if commit and commit not in g["commits"]:
-            g["commits"].append(commit)
-        g["files"].append(os.path.relpath(path, REPO))
         for rep in doc.get("repeats", []):
+            coverage = coverage_of(rep)
+            key = (lib, doc.get("world"), transport, coverage)
+            g = groups.setdefault(key, {"library": lib, "world": doc.get("world"), "transport": transport,
+                                        "coverage": coverage, "commits": [], "files": [],
+                                        "calls": {a: 0 for a in ALGORITHMS}, "runs": 0, "unclean_runs": 0,
+                                        "seconds": 0.0, "full_capacity_calls": 0, "tiny_after_large": 0})
+            if commit and commit not in g["commits"]:
+                g["commits"].append(commit)
+            rel = os.path.relpath(path, REPO)
+            if rel not in g["files"]:
+                g["files"].append(rel)
             g["runs"] += 1
             if not run_is_clean(doc, rep):
                 g["unclean_runs"] += 1
                 continue
             g["seconds"] += rep.get("seconds", 0.0)
+            g["full_capacity_calls"] += rep.get("full_capacity_calls", 0)
+            g["tiny_after_large"] += rep.get("tiny_after_large_transitions", 0)
             for a in ALGORITHMS:
                 g["calls"][a] += rep.get("per_plan_algorithm", {}).get(a, 0)
     out = []
     for g in groups.values():
         target = TARGET_PROCESSES if g["transport"] != "threads" else TARGET_THREADS
         g["target_per_algorithm"] = target
-        g["met"] = g["unclean_runs"] == 0 and all(g["calls"][a] >= target for a in ALGORITHMS)
+        g["met"] = (g["coverage"] == "full coverage" and g["unclean_runs"] == 0 and
+                    all(g["calls"][a] >= target for a in ALGORITHMS))
         out.append(g)
-    out.sort(key=lambda g: (g["library"], g["transport"], g["world"] or 0))
+    out.sort(key=lambda g: (g["library"], g["transport"], g["world"] or 0, g["coverage"]))
     return out
 
 
@@ -127,9 +158,10 @@ def main(argv):
     for g in groups:
         calls = ", ".join(f"{a} {g['calls'][a]:,}" for a in ALGORITHMS)
         state = "MET" if g["met"] else "not met"
-        print(f"{g['library']}  world {g['world']} {g['transport']}: {calls} "
+        print(f"{g['library']}  world {g['world']} {g['transport']}, {g['coverage']}: {calls} "
               f"(target {g['target_per_algorithm']:,} each: {state}); {g['runs']} run(s), "
-              f"{g['unclean_runs']} unclean, {g['seconds']:.0f} s; commits {', '.join(g['commits'])}")
+              f"{g['unclean_runs']} unclean, {g['seconds']:.0f} s, {g['full_capacity_calls']:,} full-capacity "
+              f"calls, {g['tiny_after_large']:,} tiny-after-large; commits {', '.join(g['commits'])}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(groups, f, indent=2)

@@ -11,11 +11,14 @@ import soak_tally as st  # noqa: E402
 
 
 def churn_doc(world=2, commit="aaaaaaa", calls=100, wrong=0, failure="none", processes=False, rank=-1,
-              variant="release", command="churn --nranks 2", exit_code=0, replay=""):
+              variant="release", command="churn --nranks 2", exit_code=0, replay="",
+              patterns=st.PATTERNS, hiddens=(128, 8192, 16384), full_capacity=5, tiny_after_large=3):
     return {"tool": "arfusion-stress churn", "git_commit": commit, "world": world, "processes": processes,
             "rank": rank, "library_variant": variant, "command_line": command, "exit_code": exit_code,
             "replay": replay, "setup_error": "",
             "repeats": [{"seconds": 10.0, "per_plan_algorithm": {a: calls for a in st.ALGORITHMS},
+                         "per_pattern": {p: 10 for p in patterns}, "per_hidden": {str(h): 10 for h in hiddens},
+                         "full_capacity_calls": full_capacity, "tiny_after_large_transitions": tiny_after_large,
                          "ranks": [{"wrong_elements": wrong, "failure": failure}] * world,
                          "cross_rank": {"error": "", "mismatched_calls": 0}}]}
 
@@ -66,6 +69,23 @@ class SoakTally(unittest.TestCase):
         self.assertTrue(all(g["met"] for g in groups))
         groups = self.run_tally([churn_doc(calls=999_999)])
         self.assertFalse(groups[0]["met"])
+
+    def test_runs_without_the_coverage_pool_apart_and_never_meet_the_target(self):
+        five = ("allreduce", "flat", "residual_rmsnorm", "fp8_token", "fp8_group")
+        groups = self.run_tally([churn_doc(calls=1_000_000),
+                                 churn_doc(calls=1_000_000, patterns=five, hiddens=(128, 8192)),
+                                 churn_doc(calls=1_000_000, full_capacity=0),
+                                 churn_doc(calls=1_000_000, tiny_after_large=0)])
+        self.assertEqual(len(groups), 4)
+        full = [g for g in groups if g["coverage"] == "full coverage"]
+        self.assertEqual(len(full), 1)
+        self.assertTrue(full[0]["met"])
+        self.assertEqual(full[0]["full_capacity_calls"], 5)
+        partial = {g["coverage"] for g in groups if g is not full[0]}
+        self.assertIn("partial coverage: patterns fp8_tensor, nvfp4, mxfp4; no hidden above 8192", partial)
+        self.assertIn("partial coverage: no full-capacity call", partial)
+        self.assertIn("partial coverage: no tiny-after-large transition", partial)
+        self.assertFalse(any(g["met"] for g in groups if g is not full[0]))
 
     def test_unknown_commit_pools_under_its_name(self):
         groups = self.run_tally([churn_doc(commit="ddddddd")])

@@ -10,7 +10,10 @@
 namespace arf::churn {
 namespace {
 
-constexpr const char* kDefaultPatterns = "allreduce,flat,residual_rmsnorm,fp8_token,fp8_group";
+// Every pattern and (options.h) every hidden up to 16384 by default: what the soak must cover is
+// what an unqualified run covers.
+constexpr const char* kDefaultPatterns =
+    "allreduce,flat,residual_rmsnorm,fp8_tensor,fp8_token,fp8_group,nvfp4,mxfp4";
 constexpr const char* kDefaultAlgos = "auto,oneshot_lamport,oneshot_pull,twoshot,unfused";
 constexpr uint64_t kDefaultCalls = 10000;
 constexpr uint64_t kDefaultTableCalls = uint64_t{1} << 20;

@@ -32,11 +32,12 @@ TEST(ChurnOptions, Defaults) {
   ASSERT_TRUE(p.o);
   const ChurnOptions& o = *p.o;
   EXPECT_EQ(o.devices, (std::vector<int>{0, 0}));
-  EXPECT_EQ(o.patterns, (std::vector<Pat>{Pat::kAllReduce, Pat::kFlat, Pat::kResidualRmsNorm, Pat::kFp8Token,
-                                          Pat::kFp8Group}));
+  EXPECT_EQ(o.patterns, (std::vector<Pat>{Pat::kAllReduce, Pat::kFlat, Pat::kResidualRmsNorm, Pat::kFp8Tensor,
+                                          Pat::kFp8Token, Pat::kFp8Group, Pat::kNvfp4, Pat::kMxfp4}));
   EXPECT_EQ(o.algos, (std::vector<arfAlgorithm_t>{arfAlgoAuto, arfAlgoOneshotLamport, arfAlgoOneshotPull,
                                                   arfAlgoTwoshot, arfAlgoUnfused}));
-  EXPECT_EQ(o.hiddens, (std::vector<int64_t>{128, 1024, 2048, 4096, 5120, 7168, 8192}));  // <= max_hidden
+  EXPECT_EQ(o.max_hidden, 16384);
+  EXPECT_EQ(o.hiddens, (std::vector<int64_t>{128, 1024, 2048, 4096, 5120, 7168, 8192, 12288, 16384}));
   EXPECT_EQ(o.calls, 10000u);
   EXPECT_EQ(o.table_calls, 10000u);
   EXPECT_EQ(o.in_flight, 8);
@@ -84,7 +85,7 @@ TEST(ChurnOptions, Refusals) {
            {"-a", "fastest"},
            {"--hiddens", "100"},                                  // not a multiple of 8
            {"--hiddens", "136", "--patterns", "fp8_group"},       // no hidden fits 1x128 groups
-           {"--hiddens", "16384"},                                // above --max-hidden
+           {"--hiddens", "16384", "--max-hidden", "8192"},        // above --max-hidden
            {"--foreign-block", "100"},
            {"--foreign-smem-kb", "500"},
            {"--in-flight", "0"},
