@@ -27,6 +27,8 @@
 #             call (the others compared by hash): calls/s of each; then two negative-control
 #             libraries under the default (rotate) must still be caught (ARF_REFERENCE_RATES=0:
 #             only those)
+#   gate_cost the plain all-reduce at 2, 4, 8 virtual ranks, 16 KiB-1 MiB, with and without the
+#             shared-device gate (its negative-control library in place of libarfusion.so), alternating
 #   zero_copy the input buffer (arfCommGetInputBuffer): its GPU tests, then the plain all-reduce and
 #             the fused sweep at 2, 4 and 8 virtual ranks with the inputs copied in and with them in
 #             the input buffers, alternating in the same run (-n 100 -G 3 -R 3; oneshot_pull, which
@@ -145,6 +147,22 @@ for stage in "$@"; do
         # Caught by the check (wrong elements, cross-rank differences) or only by an expired wait:
         python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["repeats"][0]; print("  wrong elements", r["wrong_elements"], "before the first lost call", r["wrong_before_first_lost_call"], "cross-rank", r["cross_rank"])' \
           "$out/log/reference_nc_$v.json" 2>/dev/null
+      done ;;
+    gate_cost)
+      # What the shared-device gate costs ranks sharing a GPU: the plain all-reduce with the
+      # release library and with the negative-control library that lacks the gate (loaded in its
+      # place through LD_LIBRARY_PATH: the bench's RUNPATH yields to it), alternating. The bench
+      # runs no foreign kernels, so the missing gate cannot starve a mate here.
+      nogate=$(mktemp -d); cp build/libarfusion_nc_no_shared_device_gate.so "$nogate/libarfusion.so"
+      for n in 2 4 8; do
+        for lib in release no_gate release no_gate; do
+          j="$out/log/gate_cost_${n}_$lib"; k=1; while [[ -e $j.$k.json ]]; do k=$((k + 1)); done
+          lp=""; [[ $lib == no_gate ]] && lp=$nogate
+          LD_LIBRARY_PATH=$lp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 120 ./build/arfusion-bench --op allreduce \
+            --nranks "$n" -a oneshot_lamport,oneshot_pull,twoshot,auto -b 16K -e 1M -f 4 -n 100 -G 3 -R 3 \
+            -J "$j.$k.json" > "$j.$k.txt" 2>&1
+          echo "gate cost $n ranks $lib (round $k): exit $?"; grep -E "^ +16384" "$j.$k.txt" | head -1
+        done
       done ;;
     zero_copy)
       ./build/arfusion_gpu_tests --gtest_filter='*InputBuffer*' > "$out/log/input_buffer_tests.txt" 2>&1
