@@ -221,6 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--time-anyway", action="store_true",
                     help="time even when a demanded gate failed (the run still fails)")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--nccl-shared-gpu", action="store_true",
+                    help="where ranks share a GPU, run (a) and the compiled c10d variants (d0, e_d0) "
+                         "on NCCL anyway: each rank poses to NCCL as a host of its own (NCCL_HOSTID), "
+                         "so NCCL joins them over loopback sockets instead of refusing two ranks on "
+                         "one GPU. Slow (time-sliced and through host memory); opt-in: not yet run on "
+                         "a GPU inside the e2e run")
     return ap
 
 
@@ -252,6 +258,7 @@ class Options:
     time_anyway: bool
     no_plot: bool
     command_line: list[str]
+    nccl_shared_gpu: bool = False
 
     @property
     def quick(self) -> bool:
@@ -291,7 +298,7 @@ def parse_args(argv: list[str]) -> Options:
         results=ns.results, gates_only=pick("gates_only"), time_shared=pick("time_shared"),
         allow_short=ns.allow_short, min_cosine=ns.min_cosine, min_cosine_fp8=ns.min_cosine_fp8,
         arf_timeout=ns.arf_timeout, deadline=pick("deadline"), time_anyway=ns.time_anyway,
-        no_plot=ns.no_plot, command_line=list(argv))
+        no_plot=ns.no_plot, command_line=list(argv), nccl_shared_gpu=ns.nccl_shared_gpu)
     validate(opts)
     return opts
 
@@ -362,6 +369,7 @@ class TPPlan:
     decode_batches: list[int]
     prefill_tokens: list[int]
     max_tokens: int           # the arfusion communicator's capacity (largest call of the run)
+    nccl_over_loopback: bool = False  # NCCL although ranks share a GPU (--nccl-shared-gpu)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -374,7 +382,7 @@ def plan_tp(o: Options, tp: int, num_gpus: int) -> TPPlan:
     shared = num_gpus < tp
     gpus_used = min(tp, num_gpus)
     ranks_per_gpu = math.ceil(tp / gpus_used)
-    nccl = not shared
+    nccl = not shared or o.nccl_shared_gpu
     requested = [variant(n) for n in o.variants]
     if any(v.name == "c" for v in requested):
         requested += [forced_algorithm_variant(a) for a in o.gate_algorithms
@@ -414,7 +422,7 @@ def plan_tp(o: Options, tp: int, num_gpus: int) -> TPPlan:
                   baseline_allreduce="nccl" if nccl else "gloo_cpu_copy", gate_variants=gate,
                   timed_variants=timed if timing_skipped is None else [], skipped=skipped,
                   timing_skipped=timing_skipped, time_sliced=time_sliced, decode_batches=decode,
-                  prefill_tokens=prefill, max_tokens=max_tokens)
+                  prefill_tokens=prefill, max_tokens=max_tokens, nccl_over_loopback=shared and nccl)
 
 
 def make_plan(o: Options, num_gpus: int) -> list[TPPlan]:

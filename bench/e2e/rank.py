@@ -4,7 +4,8 @@ weights, gates, then timing; rank 0 writes the run's JSON object for the driver.
 Process groups: with one GPU per rank the default group is NCCL (variant (a)'s all-reduce) and a
 gloo group over the same ranks carries the bootstrap (arfusion's id), result exchange and barriers;
 where ranks share a GPU the default group is gloo (NCCL cannot put two ranks on one GPU) and (a)
-runs as (a'): gloo all-reduce of CPU copies.
+runs as (a'): gloo all-reduce of CPU copies, unless --nccl-shared-gpu has each rank pose to NCCL as a
+host of its own (then NCCL over loopback sockets, as with one GPU per rank).
 """
 
 from __future__ import annotations
@@ -119,6 +120,12 @@ def rank_entry(rank: int, world: int, port: int, payload_json: str, out_dir: str
         nccl = plan.baseline_allreduce == "nccl"
         init = f"tcp://127.0.0.1:{port}"
         timeout = datetime.timedelta(seconds=max(900.0, 3 * opts.arf_timeout))
+        if nccl and plan.nccl_over_loopback:
+            # NCCL refuses two ranks of one host on one GPU; a host of its own per rank makes it
+            # join them over loopback sockets (before NCCL's first use in this process).
+            os.environ.update({"NCCL_HOSTID": f"arfusion-e2e-{os.getppid()}-rank{rank}",
+                               "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo",
+                               "NCCL_NVLS_ENABLE": "0"})
         if nccl:
             dist.init_process_group("nccl", init_method=init, rank=rank, world_size=world,
                                     timeout=timeout, device_id=device)

@@ -323,6 +323,7 @@ def format_text(doc: dict) -> str:
                  + ("; SHARED GPU" if plan["shared_gpu"] else "; one GPU per rank"))
         out.append(f"== TP {run['tp']}: {where}; baseline all-reduce "
                    f"{'NCCL' if plan['baseline_allreduce'] == 'nccl' else 'gloo on CPU copies (a)'}"
+                   f"{' over loopback sockets (--nccl-shared-gpu)' if plan.get('nccl_over_loopback') else ''}"
                    f"; status {run['status']} ==")
         if plan.get("time_sliced"):
             out.append("WARNING: ranks share a GPU: the times below are TIME-SLICED AND MEANINGLESS "

@@ -202,6 +202,17 @@ class TestConfig(unittest.TestCase):
         self.assertFalse(one.time_sliced)
         self.assertIn("a", one.timed_variants)
 
+    def test_plan_nccl_on_a_shared_gpu(self):
+        p = config.plan_tp(config.parse_args(["--nccl-shared-gpu"]), 2, num_gpus=1)
+        self.assertTrue(p.shared_gpu)
+        self.assertTrue(p.nccl_over_loopback)
+        self.assertEqual(p.baseline_allreduce, "nccl")
+        self.assertIn("d0", p.gate_variants, "compiled graphs keeping c10d's all-reduce run on NCCL")
+        self.assertNotIn("d0", p.skipped)
+        one = config.plan_tp(config.parse_args(["--nccl-shared-gpu"]), 2, num_gpus=2)
+        self.assertFalse(one.nccl_over_loopback, "one GPU per rank: plain NCCL")
+        self.assertFalse(config.plan_tp(config.parse_args([]), 2, num_gpus=1).nccl_over_loopback)
+
     def test_plan_two_gpus_tp4(self):
         p = config.plan_tp(config.parse_args([]), 4, num_gpus=2)
         self.assertTrue(p.shared_gpu)
