@@ -118,13 +118,9 @@ void from_nccl_rank(RankContext& ctx, const std::string& id_path, uint64_t seed)
   if (Status s = nc.init(*api, nccl_id, ctx.rank(), ctx.world(), kInitTimeoutSeconds); !s.is_ok()) {
     return ctx.fail("the test's NCCL communicator: " + s.message());
   }
-  arfCommConfig_t config;
-  arfCommConfigInit(&config);
-  config.max_tokens = kMaxTokens;
-  config.max_hidden = kMaxHidden;
-  config.timeout_seconds = kDeviceTimeoutSeconds;
-  config.init_timeout_seconds = kInitTimeoutSeconds;
-  // rank, world, device and id left unset: they are the NCCL communicator's.
+  // The suite's capacity and bounds; rank, world, device and id are replaced by the NCCL
+  // communicator's.
+  const arfCommConfig_t config = ipc_config(ctx, arfBFloat16);
   arfComm_t comm = nullptr;
   if (const arfStatus_t st = arfCommInitRankFromNccl(&comm, &config, nc.get(), stream);
       st != arfSuccess) {

@@ -1,19 +1,13 @@
 // The consumer kernel (device.h).
 #include "device.h"
 
+#include "churn/hd.h"
+
 namespace arf::stress {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 1024;
-
-__device__ __forceinline__ uint32_t hash32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7FEB352Du;
-  x ^= x >> 15;
-  x *= 0x846CA68Bu;
-  return x ^ (x >> 16);
-}
 
 // Grid-stride over every word of every region. 0x5A00 | low byte, random sign: finite in bf16
 // (~1e16) and fp16 (~200), far from the N(0,1) inputs, never the Lamport sentinel -0.0.
@@ -24,7 +18,7 @@ __global__ void consumer_kernel(ConsumerTargets t, uint32_t salt) {
     if (p == nullptr) continue;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < t.words[region];
          i += stride) {
-      const uint32_t h = hash32(static_cast<uint32_t>(i) ^ salt ^ (region * 0x9E3779B9u));
+      const uint32_t h = churn::mix32(static_cast<uint32_t>(i) ^ salt ^ (region * 0x9E3779B9u));
       p[i] = static_cast<uint16_t>(0x5A00u | (h & 0x80FFu));
     }
   }

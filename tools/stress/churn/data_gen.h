@@ -42,17 +42,9 @@ CHURN_HD inline uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
   return x ^ (x >> 31);
 }
 
-// A 32-bit finaliser (two 32-bit multiplies; a bijection of uint32). Where quality matters less
-// than cost: a GPU multiplies 64-bit integers in several instructions, and at full capacity the
-// soak's kernels evaluate about 70 hashes per element index per call, which is what bounds the
-// soak's rate at 8 virtual ranks.
-CHURN_HD inline uint32_t mix32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7FEB352Du;
-  x ^= x >> 15;
-  x *= 0x846CA68Bu;
-  return x ^ (x >> 16);
-}
+// mix32 (hd.h) where quality matters less than cost: a GPU multiplies 64-bit integers in several
+// instructions, and at full capacity the soak's kernels evaluate about 70 hashes per element index
+// per call, which is what bounds the soak's rate at 8 virtual ranks.
 
 // Key of one (call, rank, stream); element i's hash is element_hash(base, i).
 CHURN_HD inline uint64_t stream_base(uint64_t seed, uint64_t call, uint32_t rank, uint32_t stream) {

@@ -1,4 +1,5 @@
-// Host+device basics of the churn soak: the CHURN_HD qualifier and exact float/bit conversions.
+// Host+device basics of the churn soak: the CHURN_HD qualifier, exact float/bit conversions and a
+// 32-bit mixer.
 //
 // Why its own copy: `arfusion-stress churn` is an OUTSIDE program. It may include only the public
 // header, the CUDA runtime, the standard library, CLI11 and nlohmann-json, so nothing here comes
@@ -68,6 +69,16 @@ CHURN_HD inline float div_rn(float a, float b) {
 #else
   return a / b;
 #endif
+}
+
+// A 32-bit finaliser: two 32-bit multiplies, a bijection of uint32 (the churn soak's garbage, the
+// refill soak's consumer kernel).
+CHURN_HD inline uint32_t mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  return x ^ (x >> 16);
 }
 
 CHURN_HD inline float fabs_f(float x) { return u2f(f2u(x) & 0x7FFFFFFFu); }
