@@ -29,6 +29,14 @@
 #             only those)
 #   gate_cost the plain all-reduce at 2, 4, 8 virtual ranks, 16 KiB-1 MiB, with and without the
 #             shared-device gate (its negative-control library in place of libarfusion.so), alternating
+#   candidate a library built from another commit (ARF_CANDIDATE_LIB: a directory holding its
+#             libarfusion.so, same ABI, loaded in place of ./build's through LD_LIBRARY_PATH): the GPU
+#             suite and the churn soak at 2 and 8 virtual ranks with it, then the plain all-reduce
+#             (16 KiB-16 MiB) and the fused sweep (hidden 8192, 1-2048 tokens) at 2, 4, 8 virtual
+#             ranks, release and candidate alternating, 2 rounds (-n 100 -G 3 -R 3)
+#   policy    what auto should pick where ranks share a GPU: the plain all-reduce (16 KiB-64 MiB) and
+#             the fused sweep (hidden 8192, 1-2048 tokens) at 2, 4, 8 virtual ranks with every
+#             algorithm forced and auto (-n 100 -G 3 -R 3)
 #   zero_copy the input buffer (arfCommGetInputBuffer): its GPU tests, then the plain all-reduce and
 #             the fused sweep at 2, 4 and 8 virtual ranks with the inputs copied in and with them in
 #             the input buffers, alternating in the same run (-n 100 -G 3 -R 3; oneshot_pull, which
@@ -162,6 +170,40 @@ for stage in "$@"; do
             --nranks "$n" -a oneshot_lamport,oneshot_pull,twoshot,auto -b 16K -e 1M -f 4 -n 100 -G 3 -R 3 \
             -J "$j.$k.json" > "$j.$k.txt" 2>&1
           echo "gate cost $n ranks $lib (round $k): exit $?"; grep -E "^ +16384" "$j.$k.txt" | head -1
+        done
+      done ;;
+    candidate)
+      cand=${ARF_CANDIDATE_LIB:?candidate: set ARF_CANDIDATE_LIB to the directory of the candidate libarfusion.so}
+      LD_LIBRARY_PATH=$cand${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 400 ./build/arfusion_gpu_tests \
+        > "$out/log/candidate_gpu_tests.txt" 2>&1
+      echo "candidate gpu tests: exit $?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests ran" "$out/log/candidate_gpu_tests.txt" | tail -12
+      for n in 2 8; do
+        LD_LIBRARY_PATH=$cand${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 60 ./build/arfusion-stress churn --nranks "$n" \
+          --seconds 20 --progress 0 --verify-calls -J "$out/log/candidate_churn_$n.json" > "$out/log/candidate_churn_$n.txt" 2>&1
+        echo "candidate churn $n ranks: exit $?"; tail -2 "$out/log/candidate_churn_$n.txt"
+      done
+      for n in 2 4 8; do
+        for op in allreduce fused; do
+          for lib in release candidate release candidate; do
+            j="$out/log/candidate_${op}_${n}_$lib"; k=1; while [[ -e $j.$k.json ]]; do k=$((k + 1)); done
+            lp=""; [[ $lib == candidate ]] && lp=$cand
+            sweep=(--tokens 1,8,32,128,512,2048 --hidden 8192)
+            [[ $op == allreduce ]] && sweep=(-b 16K -e 16M -f 4)
+            LD_LIBRARY_PATH=$lp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 200 ./build/arfusion-bench --op "$op" \
+              --nranks "$n" -a oneshot_lamport,oneshot_pull,twoshot,auto "${sweep[@]}" -n 100 -G 3 -R 3 \
+              -J "$j.$k.json" > "$j.$k.txt" 2>&1
+            echo "candidate A/B $op $n ranks $lib (round $k): exit $?"
+          done
+        done
+      done ;;
+    policy)
+      for n in 2 4 8; do
+        for op in allreduce fused; do
+          sweep=(--tokens 1,2,8,32,64,128,256,512,1024,2048 --hidden 8192)
+          [[ $op == allreduce ]] && sweep=(-b 16K -e 64M -f 2)
+          timeout 300 ./build/arfusion-bench --op "$op" --nranks "$n" -a oneshot_lamport,oneshot_pull,twoshot,unfused,auto \
+            "${sweep[@]}" -n 100 -G 3 -R 3 -J "$out/log/policy_${op}_$n.json" > "$out/log/policy_${op}_$n.txt" 2>&1
+          echo "policy sweep $op $n ranks: exit $?"
         done
       done ;;
     zero_copy)

@@ -4,8 +4,19 @@
 # the kernels; static linking would copy ~22 MB of them into every executable). On the device:
 #   tar -xJf .devpack/build.tar.xz && bash scripts/device_run.sh [stages]
 # with `carry: [".devpack"]`. Extra build-relative paths can be named as arguments.
+# --candidate FILE also packs a libarfusion.so built from another commit into
+# .devpack/candidate.tar.xz (as candidate/libarfusion.so), for gpu_acceptance.sh's candidate stage:
+#   tar -xJf .devpack/candidate.tar.xz && ARF_CANDIDATE_LIB=$PWD/candidate bash scripts/gpu_acceptance.sh candidate
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ ${1:-} == --candidate ]]; then
+  [[ -f ${2:-} ]] || { echo "pack_for_device: --candidate needs a libarfusion.so" >&2; exit 1; }
+  stage=$(mktemp -d); mkdir "$stage/candidate"; cp "$2" "$stage/candidate/libarfusion.so"
+  mkdir -p .devpack
+  tar -C "$stage" -cf - candidate | xz -T0 -6 > .devpack/candidate.tar.xz
+  rm -rf "$stage"; ls -la .devpack/candidate.tar.xz
+  shift 2
+fi
 [[ -f build/libarfusion.so ]] || { echo "pack_for_device: build/libarfusion.so missing: cmake -S . -B build -DARF_SHARED=ON && cmake --build build" >&2; exit 1; }
 files=(build/libarfusion.so build/arfusion_gpu_tests build/arfusion_ipc_tests build/arfusion-run
        build/arfusion-bench build/arfusion-stress
