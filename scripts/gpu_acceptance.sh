@@ -37,6 +37,10 @@
 #   policy    what auto should pick where ranks share a GPU: the plain all-reduce (16 KiB-64 MiB) and
 #             the fused sweep (hidden 8192, 1-2048 tokens) at 2, 4, 8 virtual ranks with every
 #             algorithm forced and auto (-n 100 -G 3 -R 3)
+#   mps       probe: the churn soak as 2 processes on one GPU over ipc (ARF_MPS_CALLS, default 2000) without and
+#             then with an MPS control daemon of this job's own (private pipe/log directories, stopped at
+#             the end; no device setting is changed): without MPS the processes' contexts are time-sliced
+#             and each collective waits for a slice (~4 ms); whether ipc works and what it gains under MPS
 #   zero_copy the input buffer (arfCommGetInputBuffer): its GPU tests, then the plain all-reduce and
 #             the fused sweep at 2, 4 and 8 virtual ranks with the inputs copied in and with them in
 #             the input buffers, alternating in the same run (-n 100 -G 3 -R 3; oneshot_pull, which
@@ -205,6 +209,24 @@ for stage in "$@"; do
             "${sweep[@]}" -n 100 -G 3 -R 3 -J "$out/log/policy_${op}_$n.json" > "$out/log/policy_${op}_$n.txt" 2>&1
           echo "policy sweep $op $n ranks: exit $?"
         done
+      done ;;
+    mps)
+      calls=${ARF_MPS_CALLS:-2000}
+      for mode in plain mps; do
+        if [[ $mode == mps ]]; then
+          command -v nvidia-cuda-mps-control > /dev/null || { echo "mps: nvidia-cuda-mps-control not on PATH"; break; }
+          export CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d) CUDA_MPS_LOG_DIRECTORY=$(mktemp -d)
+          nvidia-cuda-mps-control -d > "$out/log/mps_daemon.txt" 2>&1; echo "mps daemon start: exit $?"
+        fi
+        timeout 300 ./build/arfusion-run --timeout 300 -n 2 -- ./build/arfusion-stress churn --calls "$calls" --progress 0 \
+          --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed 99 --hash-dir "$out/log/mps_${mode}.hashes" \
+          -J "$out/log/churn_mps_${mode}.json" > "$out/log/churn_mps_${mode}.txt" 2>&1
+        echo "ipc churn 2 processes ($mode): exit $?"; grep -E "calls/s|RESULT" "$out/log/churn_mps_${mode}.txt" | tail -3
+        if [[ $mode == mps ]]; then
+          echo quit | nvidia-cuda-mps-control; sleep 1
+          cp "$CUDA_MPS_LOG_DIRECTORY"/*.log "$out/log/" 2>/dev/null
+          unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+        fi
       done ;;
     zero_copy)
       ./build/arfusion_gpu_tests --gtest_filter='*InputBuffer*' > "$out/log/input_buffer_tests.txt" 2>&1

@@ -117,6 +117,8 @@ def tally(files, identity=library_identity):
         commit = commit_of(path, doc)
         lib = identity(commit) or f"commit {commit or 'unknown'}"
         transport = "ipc processes" if doc.get("processes") else "threads"
+        if doc.get("mps") and doc.get("processes"):
+            transport += " (MPS)"  # processes share the GPU concurrently, not time-sliced: pooled apart
         for rep in doc.get("repeats", []):
             coverage = coverage_of(rep)
             key = (lib, doc.get("world"), transport, coverage)

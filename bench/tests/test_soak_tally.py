@@ -64,6 +64,17 @@ class SoakTally(unittest.TestCase):
         self.assertEqual(groups[0]["transport"], "ipc processes")
         self.assertEqual(groups[0]["calls"]["oneshot_lamport"], 100)
 
+    def test_processes_under_mps_pool_apart(self):
+        mps = churn_doc(processes=True, rank=0)
+        mps["mps"] = True
+        threads_mps = churn_doc()
+        threads_mps["mps"] = True  # one process: one context either way
+        groups = self.run_tally([mps, churn_doc(processes=True, rank=0), threads_mps])
+        self.assertEqual(sorted(g["transport"] for g in groups),
+                         ["ipc processes", "ipc processes (MPS)", "threads"])
+        self.assertEqual(next(g for g in groups if g["transport"] == "ipc processes (MPS)")["target_per_algorithm"],
+                         st.TARGET_PROCESSES)
+
     def test_target_per_transport(self):
         groups = self.run_tally([churn_doc(calls=1_000_000), churn_doc(processes=True, rank=0, calls=100_000)])
         self.assertTrue(all(g["met"] for g in groups))

@@ -246,6 +246,7 @@ bool write_json(const std::string& path, const ChurnOptions& o, const RunReport&
   j["processes"] = o.processes();
   j["rank"] = o.process_rank;
   j["devices"] = o.devices;
+  j["mps"] = r.mps;
   j["dtype"] = o.dtype == arfFloat16 ? "fp16" : "bf16";
   j["max_tokens"] = o.max_tokens;
   j["max_hidden"] = o.max_hidden;

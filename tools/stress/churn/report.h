@@ -50,6 +50,9 @@ struct RunReport {
   size_t boundary_combinations = 0;
   size_t boundary_points = 0;
   std::string foreign;        // the foreign kernels' footprint, as printed
+  // Contexts on the ranks' devices are shared through MPS (cudaDevAttrMpsEnabled on any of them):
+  // processes sharing a GPU then run concurrently instead of time-sliced, a different regime.
+  bool mps = false;
 };
 
 // Wrong elements of a rank's table in calls that lie wholly below `limit` (see cross_rank.h for

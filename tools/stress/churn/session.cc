@@ -109,6 +109,8 @@ std::string Session::setup(RunReport* report) {
       return cuda_failed("cudaDeviceGetAttribute", e);
     }
     min_sms = min_sms == 0 ? sms : std::min(min_sms, sms);
+    int mps = 0;
+    if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, d) == cudaSuccess && mps != 0) report->mps = true;
     if (std::string why = prepare_foreign_kernels(shape_); !why.empty()) return "device " + std::to_string(d) + ": " + why;
   }
   shape_.grid = o_.foreign_grid > 0 ? o_.foreign_grid : min_sms;
