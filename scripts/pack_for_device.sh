@@ -4,18 +4,22 @@
 # the kernels; static linking would copy ~22 MB of them into every executable). On the device:
 #   tar -xJf .devpack/build.tar.xz && bash scripts/device_run.sh [stages]
 # with `carry: [".devpack"]`. Extra build-relative paths can be named as arguments.
-# --candidate FILE also packs a libarfusion.so built from another commit into
-# .devpack/candidate.tar.xz (as candidate/libarfusion.so), for gpu_acceptance.sh's candidate stage:
-#   tar -xJf .devpack/candidate.tar.xz && ARF_CANDIDATE_LIB=$PWD/candidate bash scripts/gpu_acceptance.sh candidate
+# --candidate NAME FILE instead packs a libarfusion.so built from another commit into
+# .devpack-NAME/candidate.tar.xz (as NAME/libarfusion.so), for gpu_acceptance.sh's candidate stage;
+# carry it with .devpack (one candidate per device call: each is ~23 MB of the 64 MiB transfer):
+#   tar -xJf .devpack-NAME/candidate.tar.xz && ARF_CANDIDATE_LIB=$PWD/NAME ARF_CANDIDATE_NAME=NAME \
+#     bash scripts/gpu_acceptance.sh candidate
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == --candidate ]]; then
-  [[ -f ${2:-} ]] || { echo "pack_for_device: --candidate needs a libarfusion.so" >&2; exit 1; }
-  stage=$(mktemp -d); mkdir "$stage/candidate"; cp "$2" "$stage/candidate/libarfusion.so"
-  mkdir -p .devpack
-  tar -C "$stage" -cf - candidate | xz -T0 -6 > .devpack/candidate.tar.xz
-  rm -rf "$stage"; ls -la .devpack/candidate.tar.xz
-  shift 2
+  name=${2:-}; lib=${3:-}
+  [[ $name =~ ^[a-z0-9_]+$ && -f $lib ]] || { echo "pack_for_device: --candidate NAME libarfusion.so" >&2; exit 1; }
+  stage=$(mktemp -d); mkdir "$stage/$name"; cp "$lib" "$stage/$name/libarfusion.so"
+  mkdir -p ".devpack-$name"
+  grep -qx '/.devpack-\*/' .git/info/exclude 2>/dev/null || echo '/.devpack-*/' >> .git/info/exclude
+  tar -C "$stage" -cf - "$name" | xz -T0 -6 > ".devpack-$name/candidate.tar.xz"
+  rm -rf "$stage"; ls -la ".devpack-$name/candidate.tar.xz"
+  exit 0
 fi
 [[ -f build/libarfusion.so ]] || { echo "pack_for_device: build/libarfusion.so missing: cmake -S . -B build -DARF_SHARED=ON && cmake --build build" >&2; exit 1; }
 files=(build/libarfusion.so build/arfusion_gpu_tests build/arfusion_ipc_tests build/arfusion-run
