@@ -613,31 +613,43 @@ def creation(ctx):
     def from_nccl():
         import torch.distributed as dist
 
+        saved_env = {}
         if torch.cuda.device_count() < ctx.world:
             # NCCL refuses two ranks of one host on one GPU ("Duplicate GPU"): each rank names
             # itself a host of its own and NCCL joins them over loopback sockets. A test device
             # only; arfusion still finds the ranks on one GPU and uses its ipc transport.
-            os.environ.update({"NCCL_HOSTID": f"arfusion-test-{os.getppid()}-rank{ctx.rank}",
-                               "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo",
-                               "NCCL_NVLS_ENABLE": "0"})
+            env = {"NCCL_HOSTID": f"arfusion-test-{os.getppid()}-rank{ctx.rank}",
+                   "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "NCCL_NVLS_ENABLE": "0"}
+            saved_env = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
         pg = dist.new_group(backend="nccl")
-        dist.all_reduce(torch.ones(1, device=ctx.device), group=pg)  # creates NCCL's communicator
-        backend = pg._get_backend(torch.device("cuda"))
-        ptr = backend._comm_ptr() if hasattr(backend, "_comm_ptr") else None
-        if not ptr:
-            raise AssertionError("this torch does not expose the NCCL communicator (_comm_ptr)")
-        import arfusion.torch as aft
-
-        c = aft.Communicator.from_nccl(ptr, max_tokens=16, max_hidden=1024, name="nccl_boot")
         try:
-            _require(c.world_size == ctx.world, c)
-            xs = _rank_inputs(ctx.world, 2, 1024, torch.bfloat16, SEED + 600)
-            y = c.all_reduce(xs[ctx.rank].to(ctx.device))
-            torch.cuda.synchronize()
-            _bits(y, ref.all_reduce(xs, torch.bfloat16), "from_nccl all_reduce")
+            dist.all_reduce(torch.ones(1, device=ctx.device), group=pg)  # creates NCCL's communicator
+            backend = pg._get_backend(torch.device("cuda"))
+            ptr = backend._comm_ptr() if hasattr(backend, "_comm_ptr") else None
+            if not ptr:
+                raise AssertionError("this torch does not expose the NCCL communicator (_comm_ptr)")
+            import arfusion.torch as aft
+
+            c = aft.Communicator.from_nccl(ptr, max_tokens=16, max_hidden=1024, name="nccl_boot")
+            try:
+                _require(c.world_size == ctx.world, c)
+                xs = _rank_inputs(ctx.world, 2, 1024, torch.bfloat16, SEED + 600)
+                y = c.all_reduce(xs[ctx.rank].to(ctx.device))
+                torch.cuda.synchronize()
+                _bits(y, ref.all_reduce(xs, torch.bfloat16), "from_nccl all_reduce")
+            finally:
+                c.destroy()
+            return f"rank {c.rank}"
         finally:
-            c.destroy()
-        return f"rank {c.rank}"
+            # The scenarios after this one run without this NCCL group and its environment
+            # (destroying a group is local: every NCCL operation on it has completed above).
+            dist.destroy_process_group(pg)
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     ctx.check("from_nccl", from_nccl)
 
