@@ -10,6 +10,10 @@
 #   arfusion_nc_no_lamport_clear  Lamport buffers never cleared (stale slots read as data)
 #   arfusion_nc_no_shared_device_gate  ranks sharing a GPU without the gate and the enqueue wait at
 #                               return: the churn soak must stall
+#   arfusion_diag               the release protocol with the variants' kernel subset: the like-for-
+#                               like baseline of an A/B against a variant or against a candidate
+#                               commit's arfusion_diag (a few MB: it ships to a GPU machine beside
+#                               the build; scripts/pack_for_device.sh --candidate)
 #
 # Each variant is a full CUDA build of the library with its own arfusion-stress-<variant>. The
 # negative-control ctests (labels gpu;negative) pass only when the soak DETECTS corruption within
@@ -131,6 +135,8 @@ function(arf_add_library_variant name)
   endforeach()
   target_compile_definitions(${name} PRIVATE ARF_DIAGNOSTIC_KERNEL_SUBSET ${ARGN})
 endfunction()
+
+arf_add_library_variant(arfusion_diag)
 
 set(ARF_STALL_DEFINITION ARF_DEBUG_STALL_NS=${ARF_DEBUG_STALL_NS})
 arf_add_library_variant(arfusion_debug_stall ${ARF_STALL_DEFINITION})

@@ -29,12 +29,14 @@
 #             only those)
 #   gate_cost the plain all-reduce at 2, 4, 8 virtual ranks, 16 KiB-1 MiB, with and without the
 #             shared-device gate (its negative-control library in place of libarfusion.so), alternating
-#   candidate a library built from another commit (ARF_CANDIDATE_LIB: a directory holding its
-#             libarfusion.so, same ABI, loaded in place of ./build's through LD_LIBRARY_PATH; logs
-#             named after ARF_CANDIDATE_NAME, default candidate): the plain all-reduce (16 KiB-16 MiB)
-#             and the fused sweep (hidden 8192, 1-2048 tokens) at 2, 4, 8 virtual ranks, release and
-#             candidate alternating, 2 rounds (-n 100 -G 3 -R 3); then, unless ARF_CANDIDATE_TESTS=0,
-#             the GPU suite and the churn soak at 2 and 8 virtual ranks with the candidate
+#   candidate libraries built from other commits, same ABI, each loaded in place of ./build's
+#             through LD_LIBRARY_PATH: ARF_CANDIDATES="NAME=DIR ..." (DIR holds NAME's libarfusion.so),
+#             against ARF_CANDIDATE_BASE (a DIR the same way, default ./build's library; with
+#             candidates built as arfusion_diag, give main's arfusion_diag here: same kernel set).
+#             The plain all-reduce (16 KiB-16 MiB) and the fused sweep (hidden 8192, 1-2048 tokens)
+#             at 2, 4, 8 virtual ranks, base and every candidate in turn, 2 rounds (-n 100 -G 3 -R 3);
+#             then, with ARF_CANDIDATE_TESTS=1 (full libraries only), each candidate's GPU suite and
+#             churn soak at 2 and 8 virtual ranks
 #   policy    what auto should pick where ranks share a GPU: the plain all-reduce (16 KiB-64 MiB) and
 #             the fused sweep (hidden 8192, 1-2048 tokens) at 2, 4, 8 virtual ranks with every
 #             algorithm forced and auto (-n 100 -G 3 -R 3)
@@ -178,30 +180,35 @@ for stage in "$@"; do
         done
       done ;;
     candidate)
-      cand=${ARF_CANDIDATE_LIB:?candidate: set ARF_CANDIDATE_LIB to the directory of the candidate libarfusion.so}
-      name=${ARF_CANDIDATE_NAME:-candidate}
+      [[ -n ${ARF_CANDIDATES:-} ]] || { echo "candidate: set ARF_CANDIDATES=\"NAME=DIR ...\""; continue; }
+      names=(base); dirs=("${ARF_CANDIDATE_BASE:-}")
+      for c in $ARF_CANDIDATES; do names+=("${c%%=*}"); dirs+=("${c#*=}"); done
       for n in 2 4 8; do
         for op in allreduce fused; do
-          for lib in release "$name" release "$name"; do
-            j="$out/log/${name}_ab_${op}_${n}_$lib"; k=1; while [[ -e $j.$k.json ]]; do k=$((k + 1)); done
-            lp=""; [[ $lib == "$name" ]] && lp=$cand
-            sweep=(--tokens 1,8,32,128,512,2048 --hidden 8192)
-            [[ $op == allreduce ]] && sweep=(-b 16K -e 16M -f 4)
-            LD_LIBRARY_PATH=$lp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 200 ./build/arfusion-bench --op "$op" \
-              --nranks "$n" -a oneshot_lamport,oneshot_pull,twoshot,auto "${sweep[@]}" -n 100 -G 3 -R 3 \
-              -J "$j.$k.json" > "$j.$k.txt" 2>&1
-            echo "$name A/B $op $n ranks $lib (round $k): exit $?"
+          for round in 1 2; do
+            for ((i = 0; i < ${#names[@]}; i++)); do
+              j="$out/log/ab_${op}_${n}_${names[$i]}.$round"
+              sweep=(--tokens 1,8,32,128,512,2048 --hidden 8192)
+              [[ $op == allreduce ]] && sweep=(-b 16K -e 16M -f 4)
+              LD_LIBRARY_PATH=${dirs[$i]}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 200 ./build/arfusion-bench \
+                --op "$op" --nranks "$n" -a oneshot_lamport,oneshot_pull,twoshot,auto "${sweep[@]}" -n 100 -G 3 -R 3 \
+                -J "$j.json" > "$j.txt" 2>&1
+              echo "A/B $op $n ranks ${names[$i]} (round $round): exit $?"
+            done
           done
         done
       done
-      [[ ${ARF_CANDIDATE_TESTS:-1} == 0 ]] && continue
-      LD_LIBRARY_PATH=$cand${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 400 ./build/arfusion_gpu_tests \
-        > "$out/log/${name}_gpu_tests.txt" 2>&1
-      echo "$name gpu tests: exit $?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests ran" "$out/log/${name}_gpu_tests.txt" | tail -12
-      for n in 2 8; do
-        LD_LIBRARY_PATH=$cand${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 60 ./build/arfusion-stress churn --nranks "$n" \
-          --seconds 20 --progress 0 --verify-calls -J "$out/log/${name}_churn_$n.json" > "$out/log/${name}_churn_$n.txt" 2>&1
-        echo "$name churn $n ranks: exit $?"; tail -2 "$out/log/${name}_churn_$n.txt"
+      [[ ${ARF_CANDIDATE_TESTS:-0} == 1 ]] || continue
+      for ((i = 1; i < ${#names[@]}; i++)); do
+        name=${names[$i]}; cand=${dirs[$i]}
+        LD_LIBRARY_PATH=$cand${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 400 ./build/arfusion_gpu_tests \
+          > "$out/log/${name}_gpu_tests.txt" 2>&1
+        echo "$name gpu tests: exit $?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests ran" "$out/log/${name}_gpu_tests.txt" | tail -12
+        for n in 2 8; do
+          LD_LIBRARY_PATH=$cand${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 60 ./build/arfusion-stress churn --nranks "$n" \
+            --seconds 20 --progress 0 --verify-calls -J "$out/log/${name}_churn_$n.json" > "$out/log/${name}_churn_$n.txt" 2>&1
+          echo "$name churn $n ranks: exit $?"; tail -2 "$out/log/${name}_churn_$n.txt"
+        done
       done ;;
     policy)
       for n in 2 4 8; do

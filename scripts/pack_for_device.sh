@@ -6,9 +6,10 @@
 # with `carry: [".devpack"]`. Extra build-relative paths can be named as arguments.
 # --candidate NAME FILE instead packs a libarfusion.so built from another commit into
 # .devpack-NAME/candidate.tar.xz (as NAME/libarfusion.so), for gpu_acceptance.sh's candidate stage;
-# carry it with .devpack (one candidate per device call: each is ~23 MB of the 64 MiB transfer):
-#   tar -xJf .devpack-NAME/candidate.tar.xz && ARF_CANDIDATE_LIB=$PWD/NAME ARF_CANDIDATE_NAME=NAME \
-#     bash scripts/gpu_acceptance.sh candidate
+# carry it with .devpack. A full library is ~23 MB of the 64 MiB transfer (one per call); a
+# candidate's arfusion_diag (bf16, unquantized patterns: what the A/B measures) is ~1 MB:
+#   tar -xJf .devpack-NAME/candidate.tar.xz && mkdir base && cp build/libarfusion_diag.so base/libarfusion.so &&
+#   ARF_CANDIDATES="NAME=$PWD/NAME" ARF_CANDIDATE_BASE=$PWD/base bash scripts/gpu_acceptance.sh candidate
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ ${1:-} == --candidate ]]; then
@@ -26,7 +27,7 @@ files=(build/libarfusion.so build/arfusion_gpu_tests build/arfusion_ipc_tests bu
        build/arfusion-bench build/arfusion-stress
        build/arfusion_cpu_tests build/CTestTestfile.cmake)
 # Negative-control and debug-stall variants, when the build has them (-DARF_BUILD_NEGATIVE_CONTROLS=ON).
-for f in build/libarfusion_nc_*.so build/libarfusion_debug_stall.so build/arfusion-stress-*; do
+for f in build/libarfusion_nc_*.so build/libarfusion_debug_stall.so build/libarfusion_diag.so build/arfusion-stress-*; do
   [[ -e $f ]] && files+=("$f")
 done
 for f in "$@"; do files+=("build/$f"); done
