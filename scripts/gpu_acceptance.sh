@@ -29,6 +29,7 @@
 #             only those)
 #   gate_cost the plain all-reduce at 2, 4, 8 virtual ranks, 16 KiB-1 MiB, with and without the
 #             shared-device gate (its negative-control library in place of libarfusion.so), alternating
+#             (gate_cost_allreduce_N_{release,no_gate}.ROUND.*; the 2e69952 run named them gate_cost_N_LIB.ROUND)
 #   candidate libraries built from other commits, same ABI, each loaded in place of ./build's
 #             through LD_LIBRARY_PATH: ARF_CANDIDATES="NAME=DIR ..." (DIR holds NAME's libarfusion.so),
 #             against ARF_CANDIDATE_BASE (a DIR the same way, default ./build's library; with
@@ -77,6 +78,33 @@ fi
 csv=tests/data/lamport-stall-world2.csv
 replay_args=(churn --replay "$csv" --nranks 2 --max-tokens 2048 --max-hidden 4096 --skew-us 0
              --host-skew-us 200 --timeout 2 --progress 0)
+
+# The A/B stages' bench sweeps: the plain all-reduce, and fused calls from decode to prefill.
+sweep_of() {
+  if [[ $1 == allreduce ]]; then echo "-b 16K -e 16M -f 4"; else echo "--tokens 1,8,32,128,512,2048 --hidden 8192"; fi
+}
+# ab_rounds PREFIX "OPS" ALGOS [SWEEP...]: the libraries of names[]/dirs[] (dir: a directory whose
+# libarfusion.so replaces ./build's through LD_LIBRARY_PATH, since the binaries' RUNPATH yields to
+# it; empty: ./build's) in turn, 2 rounds, each op at 2, 4 and 8 virtual ranks (-n 100 -G 3 -R 3);
+# $out/log/PREFIX_OP_N_NAME.ROUND.{json,txt}. SWEEP: the bench's size arguments, default sweep_of.
+ab_rounds() {
+  local prefix=$1 ops=$2 algos=$3 n op round i j
+  shift 3
+  for n in 2 4 8; do
+    for op in $ops; do
+      local sweep=("$@")
+      ((${#sweep[@]})) || read -ra sweep <<< "$(sweep_of "$op")"
+      for round in 1 2; do
+        for ((i = 0; i < ${#names[@]}; i++)); do
+          j="$out/log/${prefix}_${op}_${n}_${names[$i]}.$round"
+          LD_LIBRARY_PATH=${dirs[$i]}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 200 ./build/arfusion-bench \
+            --op "$op" --nranks "$n" -a "$algos" "${sweep[@]}" -n 100 -G 3 -R 3 -J "$j.json" > "$j.txt" 2>&1
+          echo "$prefix $op $n ranks ${names[$i]} (round $round): exit $?"
+        done
+      done
+    done
+  done
+}
 
 for stage in "$@"; do
   echo "=== $stage $(date -u +%H:%M:%S)"
@@ -165,48 +193,24 @@ for stage in "$@"; do
       done ;;
     gate_cost)
       # What the shared-device gate costs ranks sharing a GPU: the plain all-reduce with the
-      # release library and with the negative-control library that lacks the gate (loaded in its
-      # place through LD_LIBRARY_PATH: the bench's RUNPATH yields to it), alternating. The bench
-      # runs no foreign kernels, so the missing gate cannot starve a mate here.
+      # release library and with the negative-control library that lacks the gate, alternating.
+      # The bench runs no foreign kernels, so the missing gate cannot starve a mate here.
       nogate=$(mktemp -d); cp build/libarfusion_nc_no_shared_device_gate.so "$nogate/libarfusion.so"
-      for n in 2 4 8; do
-        for lib in release no_gate release no_gate; do
-          j="$out/log/gate_cost_${n}_$lib"; k=1; while [[ -e $j.$k.json ]]; do k=$((k + 1)); done
-          lp=""; [[ $lib == no_gate ]] && lp=$nogate
-          LD_LIBRARY_PATH=$lp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 120 ./build/arfusion-bench --op allreduce \
-            --nranks "$n" -a oneshot_lamport,oneshot_pull,twoshot,auto -b 16K -e 1M -f 4 -n 100 -G 3 -R 3 \
-            -J "$j.$k.json" > "$j.$k.txt" 2>&1
-          echo "gate cost $n ranks $lib (round $k): exit $?"; grep -E "^ +16384" "$j.$k.txt" | head -1
-        done
-      done ;;
+      names=(release no_gate); dirs=("" "$nogate")
+      ab_rounds gate_cost allreduce oneshot_lamport,oneshot_pull,twoshot,auto -b 16K -e 1M -f 4 ;;
     candidate)
       [[ -n ${ARF_CANDIDATES:-} ]] || { echo "candidate: set ARF_CANDIDATES=\"NAME=DIR ...\""; continue; }
       names=(base); dirs=("${ARF_CANDIDATE_BASE:-}")
       for c in $ARF_CANDIDATES; do names+=("${c%%=*}"); dirs+=("${c#*=}"); done
-      for n in 2 4 8; do
-        for op in allreduce fused; do
-          for round in 1 2; do
-            for ((i = 0; i < ${#names[@]}; i++)); do
-              j="$out/log/ab_${op}_${n}_${names[$i]}.$round"
-              sweep=(--tokens 1,8,32,128,512,2048 --hidden 8192)
-              [[ $op == allreduce ]] && sweep=(-b 16K -e 16M -f 4)
-              LD_LIBRARY_PATH=${dirs[$i]}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 200 ./build/arfusion-bench \
-                --op "$op" --nranks "$n" -a oneshot_lamport,oneshot_pull,twoshot,auto "${sweep[@]}" -n 100 -G 3 -R 3 \
-                -J "$j.json" > "$j.txt" 2>&1
-              echo "A/B $op $n ranks ${names[$i]} (round $round): exit $?"
-            done
-          done
-        done
-      done
+      ab_rounds ab "allreduce fused" oneshot_lamport,oneshot_pull,twoshot,auto
       [[ ${ARF_CANDIDATE_TESTS:-0} == 1 ]] || continue
       for ((i = 1; i < ${#names[@]}; i++)); do
-        name=${names[$i]}; cand=${dirs[$i]}
-        LD_LIBRARY_PATH=$cand${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 400 ./build/arfusion_gpu_tests \
-          > "$out/log/${name}_gpu_tests.txt" 2>&1
+        name=${names[$i]}; lp=${dirs[$i]}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        LD_LIBRARY_PATH=$lp timeout 400 ./build/arfusion_gpu_tests > "$out/log/${name}_gpu_tests.txt" 2>&1
         echo "$name gpu tests: exit $?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests ran" "$out/log/${name}_gpu_tests.txt" | tail -12
         for n in 2 8; do
-          LD_LIBRARY_PATH=$cand${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 60 ./build/arfusion-stress churn --nranks "$n" \
-            --seconds 20 --progress 0 --verify-calls -J "$out/log/${name}_churn_$n.json" > "$out/log/${name}_churn_$n.txt" 2>&1
+          LD_LIBRARY_PATH=$lp timeout 60 ./build/arfusion-stress churn --nranks "$n" --seconds 20 --progress 0 \
+            --verify-calls -J "$out/log/${name}_churn_$n.json" > "$out/log/${name}_churn_$n.txt" 2>&1
           echo "$name churn $n ranks: exit $?"; tail -2 "$out/log/${name}_churn_$n.txt"
         done
       done ;;
@@ -246,8 +250,7 @@ for stage in "$@"; do
           for mode in copy buffer copy buffer; do
             flag=(); [[ $mode == buffer ]] && flag=(--input-buffer)
             j="$out/log/zero_copy_${op}_${n}_$mode"; k=1; while [[ -e $j.$k.json ]]; do k=$((k + 1)); done
-            sweep=(--tokens 1,8,32,128,512,2048 --hidden 8192)
-            [[ $op == allreduce ]] && sweep=(-b 16K -e 16M -f 4)
+            read -ra sweep <<< "$(sweep_of "$op")"
             timeout 200 ./build/arfusion-bench --op "$op" --nranks "$n" -a oneshot_pull,auto "${sweep[@]}" \
               -n 100 -G 3 -R 3 "${flag[@]}" -J "$j.$k.json" > "$j.$k.txt" 2>&1
             echo "bench $op $n ranks $mode (round $k): exit $?"
