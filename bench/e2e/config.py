@@ -225,8 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where ranks share a GPU, run (a) and the compiled c10d variants (d0, e_d0) "
                          "on NCCL anyway: each rank poses to NCCL as a host of its own (NCCL_HOSTID), "
                          "so NCCL joins them over loopback sockets instead of refusing two ranks on "
-                         "one GPU. Slow (time-sliced and through host memory); opt-in: not yet run on "
-                         "a GPU inside the e2e run")
+                         "one GPU. Slow (time-sliced and through host memory), so opt-in")
     return ap
 
 

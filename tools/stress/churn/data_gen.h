@@ -42,10 +42,6 @@ CHURN_HD inline uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
   return x ^ (x >> 31);
 }
 
-// mix32 (hd.h) where quality matters less than cost: a GPU multiplies 64-bit integers in several
-// instructions, and at full capacity the soak's kernels evaluate about 70 hashes per element index
-// per call, which is what bounds the soak's rate at 8 virtual ranks.
-
 // Key of one (call, rank, stream); element i's hash is element_hash(base, i).
 CHURN_HD inline uint64_t stream_base(uint64_t seed, uint64_t call, uint32_t rank, uint32_t stream) {
   return mix64(mix64(seed ^ mix64(call)) ^ ((static_cast<uint64_t>(rank) << 32) | stream));
@@ -94,8 +90,9 @@ CHURN_HD inline float data_value32(uint64_t base, uint64_t index) {
 // Garbage written over an input after the call: arbitrary bits (NaN patterns included), different
 // per (call, rank) through `base` and per element; a late reader of the input reads these instead
 // of the data (any one element equals its data value with probability 2^-16). Statistical
-// quality is not needed, so one 32-bit mix: the index's high half (the buffers' offsets, 1 << 40
-// and up) enters by its own multiplier.
+// quality is not needed, so one 32-bit mix (mix32, hd.h): a GPU multiplies 64-bit integers in
+// several instructions, and hashing bounds the soak's rate at 8 virtual ranks. The index's high
+// half (the buffers' offsets, 1 << 40 and up) enters by its own multiplier.
 CHURN_HD inline uint32_t garbage_bits(uint64_t base, uint64_t index) {
   const uint32_t lo = static_cast<uint32_t>(index), hi = static_cast<uint32_t>(index >> 32);
   return mix32(static_cast<uint32_t>(base) ^ (lo * 0x9E3779B1u) ^ (hi * 0x85EBCA77u) ^
