@@ -90,9 +90,10 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lampo
     // Nothing to exchange: the epilogue over the (canonicalised) input, as a streaming kernel.
     stream_rows<Epilogue, true>(p);
   } else {
-    if (protocol::aborted(p)) return;
-    const uint32_t call = static_cast<uint32_t>(protocol::call_entry(p));
-    const protocol::LamportState s = protocol::load_lamport_state(p);
+    const protocol::Entry entry = protocol::enter<true>(p);
+    if (entry.aborted) return;
+    const uint32_t call = static_cast<uint32_t>(entry.call);
+    const protocol::LamportState s = entry.lamport;
     debug::stall_lamport(p, debug::StallPoint::kBeforePublish);
     protocol::lamport_publish_header<kWorld>(p, s.buffer, call);
     lamport_push_rows<T, kWorld, Epilogue::kVecs>(p, s);  // first, so peers can start reducing

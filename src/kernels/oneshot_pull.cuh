@@ -44,9 +44,10 @@ __device__ __forceinline__ uint4 pull_reduce_vec(const KernelParams& p, int64_t 
 template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_pull_kernel(const KernelParams p) {
   pdl_wait();
-  if (protocol::aborted(p)) return;
-  const uint32_t call = static_cast<uint32_t>(protocol::call_entry(p));
-  const uint32_t epoch = protocol::load_cta_epoch(p);
+  const protocol::Entry entry = protocol::enter<false>(p);
+  if (entry.aborted) return;
+  const uint32_t call = static_cast<uint32_t>(entry.call);
+  const uint32_t epoch = entry.cta_epoch;
   debug::stall(p, debug::StallPoint::kBeforePublish, epoch);
   if (p.input != p.peers.pull[p.rank]) pull_copy_in_rows<T, Epilogue::kVecs>(p);
   bool ok = false;

@@ -165,32 +165,17 @@ __device__ __forceinline__ bool peer_barrier(const KernelParams& p, uint32_t epo
   return __syncthreads_and(ok) != 0;
 }
 
-// The CTA's barrier epoch at kernel entry (thread 0 reads, all threads get it) and its write-back at
-// exit. Only CTA b of this rank touches cta_epoch[b], and consecutive kernels are stream-ordered.
-__device__ __forceinline__ uint32_t load_cta_epoch(const KernelParams& p) {
-  __shared__ uint32_t epoch;
-  if (threadIdx.x == 0) epoch = p.ctrl->cta_epoch[blockIdx.x];
-  __syncthreads();
-  return epoch;
-}
+// The CTA's barrier epoch is read at kernel entry (enter, below) and written back at exit. Only
+// CTA b of this rank touches cta_epoch[b], and consecutive kernels are stream-ordered.
 __device__ __forceinline__ void store_cta_epoch(const KernelParams& p, uint32_t epoch) {
   if (threadIdx.x == 0) p.ctrl->cta_epoch[blockIdx.x] = epoch;
 }
 
 // ---- call index ------------------------------------------------------------------------------------
 
-// Every collective kernel reads its call index at entry (all threads get it) and its CTA 0 notes
-// that the call started (calls_entered, read by peers' timeout reports). call_exit advances the
-// index once every CTA is done, so a CTA that starts late still reads the kernel's own index.
-__device__ __forceinline__ uint64_t call_entry(const KernelParams& p) {
-  __shared__ uint64_t call;
-  if (threadIdx.x == 0) {
-    call = p.ctrl->call_index;
-    if (blockIdx.x == 0) *reinterpret_cast<volatile uint64_t*>(&p.ctrl->calls_entered) = call + 1;
-  }
-  __syncthreads();
-  return call;
-}
+// Every collective kernel reads its call index at entry (enter, below) and its CTA 0 notes that the
+// call started (calls_entered, read by peers' timeout reports). call_exit advances the index once
+// every CTA is done, so a CTA that starts late still reads the kernel's own index.
 
 // ---- Lamport buffers ---------------------------------------------------------------------------------
 
@@ -205,12 +190,52 @@ struct LamportState {
   int64_t clear_elems;         // per-slot elements the last call wrote into it
 };
 
-__device__ __forceinline__ LamportState load_lamport_state(const KernelParams& p) {
-  LamportState s;
-  s.buffer = *reinterpret_cast<volatile uint32_t*>(&p.ctrl->lamport_buffer);
-  s.clear_buffer = lamport_clear_buffer(s.buffer);
-  s.clear_elems = static_cast<int64_t>(p.ctrl->lamport_clear_elems[s.clear_buffer]);
-  return s;
+// ---- kernel entry ----------------------------------------------------------------------------------
+
+// What a collective kernel reads of its rank's control block before it touches a peer: the abort
+// word, the call index, the CTA's barrier epoch and (Lamport) the buffer rotation. Thread 0 issues
+// every load before using any (none depends on another: all three clear sizes are read and one is
+// kept), so entry costs one round trip to memory instead of one per field, and one barrier hands
+// the values to the CTA, which therefore takes one decision: a CTA whose threads read `abort` at
+// different moments could otherwise split at a barrier. Everything but `abort` was written by this
+// rank's earlier kernels (stream order, or pdl_wait for a programmatic launch); `abort` is volatile
+// because another CTA of this kernel may set it while this one starts (a CTA scheduled late), and
+// an abort seen late only delays this CTA's exit to its first wait, which polls it.
+struct Entry {
+  bool aborted;
+  uint64_t call;
+  uint32_t cta_epoch;
+  LamportState lamport;  // kLamport only
+};
+
+template <bool kLamport>
+__device__ __forceinline__ Entry enter(const KernelParams& p) {
+  __shared__ Entry entry;
+  if (threadIdx.x == 0) {
+    const ControlBlock* c = p.ctrl;
+    const uint32_t abort = *reinterpret_cast<const volatile uint32_t*>(&c->abort);
+    const uint64_t call = c->call_index;
+    const uint32_t epoch = c->cta_epoch[blockIdx.x];
+    Entry e;
+    if constexpr (kLamport) {
+      const uint32_t buffer = *reinterpret_cast<const volatile uint32_t*>(&c->lamport_buffer);
+      uint64_t clear[kLamportBuffers];
+#pragma unroll
+      for (int b = 0; b < kLamportBuffers; ++b) clear[b] = c->lamport_clear_elems[b];
+      e.lamport.buffer = buffer;
+      e.lamport.clear_buffer = lamport_clear_buffer(buffer);
+      e.lamport.clear_elems = static_cast<int64_t>(clear[e.lamport.clear_buffer]);
+    } else {
+      e.lamport = LamportState{};
+    }
+    e.aborted = abort != 0u;
+    e.call = call;
+    e.cta_epoch = epoch;
+    if (!e.aborted && blockIdx.x == 0) *reinterpret_cast<volatile uint64_t*>(&p.ctrl->calls_entered) = call + 1;
+    entry = e;
+  }
+  __syncthreads();
+  return entry;
 }
 
 // Called by every CTA of a collective kernel after its last access to the call's protocol state.

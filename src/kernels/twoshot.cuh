@@ -63,9 +63,10 @@ __device__ __forceinline__ void twoshot_reduce_rows(const KernelParams& p) {
 template <typename T, int kWorld, typename Epilogue>
 __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) twoshot_kernel(const KernelParams p) {
   pdl_wait();
-  if (protocol::aborted(p)) return;
-  const uint32_t call = static_cast<uint32_t>(protocol::call_entry(p));
-  const uint32_t epoch = protocol::load_cta_epoch(p);
+  const protocol::Entry entry = protocol::enter<false>(p);
+  if (entry.aborted) return;
+  const uint32_t call = static_cast<uint32_t>(entry.call);
+  const uint32_t epoch = entry.cta_epoch;
   debug::stall(p, debug::StallPoint::kBeforePublish, epoch);
   twoshot_scatter_rows<T, kWorld, Epilogue::kVecs>(p);
   bool ok = false;
