@@ -218,13 +218,16 @@ __device__ __forceinline__ Entry enter(const KernelParams& p) {
     const uint32_t epoch = c->cta_epoch[blockIdx.x];
     Entry e;
     if constexpr (kLamport) {
+      static_assert(kLamportBuffers == 3, "enter selects among three clear sizes");
       const uint32_t buffer = *reinterpret_cast<const volatile uint32_t*>(&c->lamport_buffer);
-      uint64_t clear[kLamportBuffers];
-#pragma unroll
-      for (int b = 0; b < kLamportBuffers; ++b) clear[b] = c->lamport_clear_elems[b];
+      const uint64_t clear0 = c->lamport_clear_elems[0];
+      const uint64_t clear1 = c->lamport_clear_elems[1];
+      const uint64_t clear2 = c->lamport_clear_elems[2];
       e.lamport.buffer = buffer;
       e.lamport.clear_buffer = lamport_clear_buffer(buffer);
-      e.lamport.clear_elems = static_cast<int64_t>(clear[e.lamport.clear_buffer]);
+      // Selected, not indexed: a runtime index into a local array would put it on the stack.
+      const uint32_t cb = e.lamport.clear_buffer;
+      e.lamport.clear_elems = static_cast<int64_t>(cb == 0 ? clear0 : cb == 1 ? clear1 : clear2);
     } else {
       e.lamport = LamportState{};
     }
