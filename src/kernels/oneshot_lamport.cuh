@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lampo
     debug::stall_lamport(p, debug::StallPoint::kBeforeArrive);
     // A failed check or wait leaves the index and the rotation alone: the communicator has failed.
     if (!protocol::lamport_check_headers<kWorld>(p, s.buffer, call) || protocol::aborted(p)) return;
-    protocol::call_exit(p, &s);
+    protocol::call_exit(p, entry, true);
   }
   pdl_launch_dependents();
 }

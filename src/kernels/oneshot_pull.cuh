@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_pull_
 #endif
   }
   protocol::store_cta_epoch(p, epoch + 2);
-  if (ok) protocol::call_exit(p, nullptr);
+  if (ok) protocol::call_exit(p, entry, false);
   pdl_launch_dependents();
 }
 

@@ -205,7 +205,8 @@ struct Entry {
   bool aborted;
   uint64_t call;
   uint32_t cta_epoch;
-  LamportState lamport;  // kLamport only
+  LamportState lamport;    // kLamport only
+  uint64_t lamport_calls;  // kLamport only
 };
 
 template <bool kLamport>
@@ -223,6 +224,7 @@ __device__ __forceinline__ Entry enter(const KernelParams& p) {
       const uint64_t clear0 = c->lamport_clear_elems[0];
       const uint64_t clear1 = c->lamport_clear_elems[1];
       const uint64_t clear2 = c->lamport_clear_elems[2];
+      e.lamport_calls = c->lamport_calls;
       e.lamport.buffer = buffer;
       e.lamport.clear_buffer = lamport_clear_buffer(buffer);
       // Selected, not indexed: a runtime index into a local array would put it on the stack.
@@ -230,6 +232,7 @@ __device__ __forceinline__ Entry enter(const KernelParams& p) {
       e.lamport.clear_elems = static_cast<int64_t>(cb == 0 ? clear0 : cb == 1 ? clear1 : clear2);
     } else {
       e.lamport = LamportState{};
+      e.lamport_calls = 0;
     }
     e.aborted = abort != 0u;
     e.call = call;
@@ -241,24 +244,27 @@ __device__ __forceinline__ Entry enter(const KernelParams& p) {
   return entry;
 }
 
-// Called by every CTA of a collective kernel after its last access to the call's protocol state.
-// The last CTA to arrive advances call_index and, for a Lamport call (lamport != nullptr), records
-// how much of the buffer this call used and rotates to the next buffer. The next kernel sees the
-// update through stream order (a PDL launch waits for our completion first: pdl.cuh). A kernel
-// whose wait gave up does not call this: the communicator has failed and its index stays put.
-__device__ __forceinline__ void call_exit(const KernelParams& p, const LamportState* lamport) {
+// Called by every CTA of a collective kernel after its last access to the call's protocol state,
+// with what the CTA read at entry. The last CTA to arrive advances call_index and, for a Lamport
+// call, records how much of the buffer this call used and rotates to the next buffer: plain stores
+// of values known since entry (every CTA read the same ones: nothing changes them before this), so
+// no load delays the kernel's retirement; a one-CTA grid (a decode step's call) is its own last
+// arrival and skips the arrival counter's atomic round trip. The next kernel sees the update
+// through stream order (a PDL launch waits for our completion first: pdl.cuh). A kernel whose wait
+// gave up does not call this: the communicator has failed and its index stays put.
+__device__ __forceinline__ void call_exit(const KernelParams& p, const Entry& e, bool lamport) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    if (atomicAdd(&p.ctrl->exit_arrivals, 1u) == gridDim.x - 1) {
-      p.ctrl->exit_arrivals = 0;
-      if (lamport != nullptr) {
-        p.ctrl->lamport_clear_elems[lamport->buffer] = static_cast<uint64_t>(p.num_elems);
-        p.ctrl->lamport_buffer = lamport_next_buffer(lamport->buffer);
-        p.ctrl->lamport_calls += 1;
-      }
-      p.ctrl->call_index += 1;
-    }
+  if (threadIdx.x != 0) return;
+  if (gridDim.x > 1) {
+    if (atomicAdd(&p.ctrl->exit_arrivals, 1u) != gridDim.x - 1) return;
+    p.ctrl->exit_arrivals = 0;
   }
+  if (lamport) {
+    p.ctrl->lamport_clear_elems[e.lamport.buffer] = static_cast<uint64_t>(p.num_elems);
+    p.ctrl->lamport_buffer = lamport_next_buffer(e.lamport.buffer);
+    p.ctrl->lamport_calls = e.lamport_calls + 1;
+  }
+  p.ctrl->call_index = e.call + 1;
 }
 
 // ---- per-call integrity of Lamport calls (verify_calls) -------------------------------------------

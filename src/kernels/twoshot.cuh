@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) twoshot_kerne
     }
   }
   protocol::store_cta_epoch(p, epoch + 2);
-  if (ok) protocol::call_exit(p, nullptr);
+  if (ok) protocol::call_exit(p, entry, false);
   pdl_launch_dependents();
 }
 
