@@ -104,7 +104,11 @@ __global__ void __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm) oneshot_lampo
     });
     debug::stall_lamport(p, debug::StallPoint::kBeforeArrive);
     // A failed check or wait leaves the index and the rotation alone: the communicator has failed.
-    if (!protocol::lamport_check_headers<kWorld>(p, s.buffer, call) || protocol::aborted(p)) return;
+    // One decision per CTA (call_exit has a barrier): another CTA may set the abort word meanwhile.
+    if (!protocol::lamport_check_headers<kWorld>(p, s.buffer, call) ||
+        __syncthreads_or(protocol::aborted(p)) != 0) {
+      return;
+    }
     protocol::call_exit(p, entry, true);
   }
   pdl_launch_dependents();
