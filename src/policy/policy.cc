@@ -78,6 +78,56 @@ bool shape_feasible(const CallShape& shape, const StaticFacts& facts, std::strin
   return true;
 }
 
+// Ranks sharing a device have no links between them: every push and pull crosses the one HBM and
+// every rank's CTAs share its SMs, so the NVLink limits above do not apply. Measured on one H200
+// with every rank on it (bench/results/2026-12-02-policy-16897d5: plain all-reduce 16 KiB-64 MiB,
+// residual + RMSNorm at hidden 8192, 1-2048 tokens, every algorithm forced):
+//   2 ranks: oneshot_lamport is 15-31% faster than two-shot up to 1 MiB (all-reduce) / 2 MiB
+//            (fused); above, oneshot_pull is 5-34% faster than two-shot.
+//   4 ranks: oneshot_lamport is 6-38% faster up to 512 KiB; above, oneshot_pull wins the plain
+//            all-reduce by 1-24% and two-shot the fused epilogue by 1-5%.
+//   8 ranks: two-shot within 2% of the best at every size; oneshot_pull 5-42% and
+//            oneshot_lamport 9-307% slower.
+// Worlds where only some ranks share a device (unmeasured) take two-shot, as all sharing did
+// before the measurement. Returns nothing when the rule's algorithms cannot run this call.
+std::optional<Plan> choose_shared_device(const CallShape& shape, const StaticFacts& facts,
+                                         int64_t bytes, bool lamport_ok, bool twoshot_ok) {
+  const bool all_on_one = facts.max_ranks_per_device == facts.world;
+  const bool flat = shape.pattern == Pattern::kAllReduce;
+  int64_t lamport_limit = 0;
+  Algorithm above = Algorithm::kTwoshot;
+  if (all_on_one && facts.world == 2) {
+    lamport_limit = flat ? 1 * kMiB : 2 * kMiB;
+    above = Algorithm::kOneshotPull;
+  } else if (all_on_one && facts.world == 4) {
+    lamport_limit = 512 * kKiB;
+    above = flat ? Algorithm::kOneshotPull : Algorithm::kTwoshot;
+  }
+  const std::string sharing = "auto: " + std::to_string(facts.max_ranks_per_device) +
+                              " ranks share a device (no links; measured on one GPU)";
+  Plan plan;
+  if (lamport_ok && bytes <= lamport_limit) {
+    plan.algorithm = Algorithm::kOneshotLamport;
+    plan.reason = sharing + ", " + format_bytes(bytes) + "/rank <= " + format_bytes(lamport_limit) +
+                  " -> oneshot_lamport";
+    return plan;
+  }
+  std::string size;
+  if (lamport_limit > 0) {
+    size = bytes > lamport_limit ? ", " + format_bytes(bytes) + "/rank > " + format_bytes(lamport_limit)
+                                 : ", oneshot_lamport infeasible";
+  }
+  if (above == Algorithm::kOneshotPull && algorithm_feasible(above, shape, facts, nullptr)) {
+    plan.algorithm = above;
+    plan.reason = sharing + size + " -> oneshot_pull";
+    return plan;
+  }
+  if (!twoshot_ok) return std::nullopt;
+  plan.algorithm = Algorithm::kTwoshot;
+  plan.reason = sharing + size + " -> twoshot";
+  return plan;
+}
+
 // What auto picks among the fused (single-kernel) algorithms; also the inner all-reduce of unfused.
 Result<Plan> choose_auto(const CallShape& shape, const StaticFacts& facts) {
   Plan plan;
@@ -89,20 +139,14 @@ Result<Plan> choose_auto(const CallShape& shape, const StaticFacts& facts) {
     plan.reason = "world 1: epilogue only, no communication";
     return plan;
   }
-  // Ranks sharing a device (virtual ranks) have no links between them: every push goes through the
-  // one HBM and every rank's CTAs share its SMs. Lamport writes world-1 copies of the input plus a
-  // clear, two-shot about two; measured on one H200 at 8 virtual ranks (bench/results/
-  // 2026-11-29-vr8-world1-quant-53637fb) two-shot is faster at every token count, so it is taken whenever it can
-  // run. The facts are identical on every rank, so the choice is too.
   std::string twoshot_why;
   const bool twoshot_ok = algorithm_feasible(Algorithm::kTwoshot, shape, facts, &twoshot_why);
-  if (facts.max_ranks_per_device > 1 && twoshot_ok) {
-    plan.algorithm = Algorithm::kTwoshot;
-    plan.reason = "auto: " + std::to_string(facts.max_ranks_per_device) +
-                  " ranks share a device (no links: oneshot's pushes all cross one HBM) -> twoshot";
-    return plan;
-  }
   const int64_t bytes = shape.num_elems * static_cast<int64_t>(dtype_bytes(shape.dtype));
+  if (facts.max_ranks_per_device > 1) {
+    if (std::optional<Plan> shared = choose_shared_device(shape, facts, bytes, lamport_ok, twoshot_ok)) {
+      return *shared;
+    }
+  }
   const int64_t limit = oneshot_limit_bytes(facts.world);
   const std::string world_str = " at world " + std::to_string(facts.world);
   if (lamport_ok && bytes <= limit) {

@@ -51,8 +51,8 @@ class Group {
   // rank before kernel i+1 of any rank (local.h explains the deadlock). Ranks in different
   // processes never share queues (contexts time-slice), so ipc never orders.
   virtual bool shares_device(int rank) const = 0;
-  // Bit r set: rank r shares `rank`'s GPU *and* its hardware queues (so 0 for ipc). These are the
-  // ranks the shared-device gate (protocol.cuh) waits for.
+  // Bit r set: rank r shares `rank`'s GPU (in this process, or in another one: MPS runs processes'
+  // kernels at once). These are the ranks the shared-device gate (protocol.cuh) waits for.
   virtual uint32_t device_mates_mask(int rank) const = 0;
   virtual Status wait_enqueue_turn(int rank, uint64_t call, double timeout_seconds) const = 0;
   virtual void mark_enqueued(int rank, uint64_t calls) = 0;

@@ -139,7 +139,19 @@ class IpcGroup final : public Group {
   std::string peer_path_failure() const override { return peer_path_failure_; }
 
   bool shares_device(int) const override { return false; }
-  uint32_t device_mates_mask(int) const override { return 0; }
+  // Processes on one GPU run one at a time where the device time-slices their contexts, but at
+  // once under MPS: there a collective CTA spinning for a mate holds the SM that the mate's
+  // earlier kernels need, as between virtual ranks, so the gate waits for them as well (on the
+  // mapped flag words; under time-slicing it only waits for the mate's slice, as the collective
+  // itself would).
+  uint32_t device_mates_mask(int rank) const override {
+    uint32_t mask = 0;
+    for (size_t m = 0; m < infos_.size(); ++m) {
+      const bool mate = static_cast<int>(m) != rank && infos_[m].device_key == infos_[rank].device_key;
+      if (mate) mask |= 1u << m;
+    }
+    return mask;
+  }
   Status wait_enqueue_turn(int, uint64_t, double) const override { return Status::ok(); }
   void mark_enqueued(int, uint64_t) override {}
   void mark_failed(int, const Status&) override {}

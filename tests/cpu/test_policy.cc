@@ -111,15 +111,17 @@ TEST_P(AutoBoundary, OneshotUpToLimitTwoshotAbove) {
   }
 }
 
-// Ranks sharing a GPU: two-shot at every size it can run (policy.cc, choose_auto), with the reason.
-TEST_P(AutoBoundary, SharedDeviceTakesTwoshot) {
-  const auto [world, tokens] = GetParam();
-  for (int per_device : {2, world}) {
-    const StaticFacts f = facts_for(world, per_device);
+// Ranks sharing a GPU where only some do (unmeasured): two-shot at every size it can run, with the
+// reason (policy.cc, choose_shared_device).
+TEST(Auto, PartlySharedDeviceTakesTwoshot) {
+  for (const auto [world, tokens] : {Boundary{4, 16}, Boundary{8, 32}}) {
+    const StaticFacts f = facts_for(world, 2);
     for (int64_t t : {int64_t{1}, tokens, tokens + 1, int64_t{1000}}) {
-      const Plan p = plan_ok(fused(t, 8192), f);
-      EXPECT_EQ(p.algorithm, Algorithm::kTwoshot) << p.reason;
-      EXPECT_NE(p.reason.find("share a device"), std::string::npos) << p.reason;
+      for (Pattern pattern : {Pattern::kResidualRmsNorm, Pattern::kAllReduce}) {
+        const Plan p = plan_ok(fused(t, 8192, Algorithm::kAuto, pattern), f);
+        EXPECT_EQ(p.algorithm, Algorithm::kTwoshot) << p.reason;
+        EXPECT_NE(p.reason.find("share a device"), std::string::npos) << p.reason;
+      }
     }
   }
 }
@@ -127,6 +129,62 @@ TEST_P(AutoBoundary, SharedDeviceTakesTwoshot) {
 INSTANTIATE_TEST_SUITE_P(Hopper, AutoBoundary,
                          ::testing::Values(Boundary{2, 512}, Boundary{4, 16}, Boundary{8, 32}),
                          [](const auto& info) { return "ws" + std::to_string(info.param.world); });
+
+// Every rank on one GPU: the measured rule (policy.cc, choose_shared_device), at each side of its
+// limits, fused (hidden 8192: one token is 16 KiB) and as a flat all-reduce of the same bytes.
+struct SharedCase {
+  int world;
+  Pattern pattern;
+  int64_t last_lamport_tokens;  // 0: never oneshot_lamport
+  Algorithm above;
+};
+
+class AllOnOneDevice : public ::testing::TestWithParam<SharedCase> {};
+
+TEST_P(AllOnOneDevice, MeasuredRule) {
+  const SharedCase c = GetParam();
+  const StaticFacts f = facts_for(c.world, c.world, /*max_tokens=*/2048);
+  auto plan_at = [&](int64_t tokens) {
+    CallShape s = fused(tokens, 8192, Algorithm::kAuto, c.pattern);
+    const Plan p = plan_ok(s, f);
+    EXPECT_NE(p.reason.find("share a device"), std::string::npos) << p.reason;
+    EXPECT_TRUE(p.shared_device_gate);
+    return p;
+  };
+  if (c.last_lamport_tokens > 0) {
+    for (int64_t t : {int64_t{1}, c.last_lamport_tokens}) {
+      const Plan p = plan_at(t);
+      EXPECT_EQ(p.algorithm, Algorithm::kOneshotLamport) << t << " tokens: " << p.reason;
+    }
+  }
+  for (int64_t t : {c.last_lamport_tokens + 1, int64_t{2048}}) {
+    const Plan p = plan_at(t);
+    EXPECT_EQ(p.algorithm, c.above) << t << " tokens: " << p.reason;
+    if (c.last_lamport_tokens > 0) EXPECT_NE(p.reason.find("/rank > "), std::string::npos) << p.reason;
+  }
+}
+
+// A Lamport slot too small for the call: the rule's size limit does not matter, and the reason says why.
+TEST(AllOnOneDevice, LamportInfeasibleBelowTheLimit) {
+  const StaticFacts f = facts_for(2, 2, 1024, 8192, /*oneshot_max_tokens=*/16);
+  const Plan p = plan_ok(fused(17, 8192), f);  // 272 KiB, under the 2 MiB limit
+  EXPECT_EQ(p.algorithm, Algorithm::kOneshotPull) << p.reason;
+  EXPECT_NE(p.reason.find("oneshot_lamport infeasible"), std::string::npos) << p.reason;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    OneH200, AllOnOneDevice,
+    ::testing::Values(SharedCase{2, Pattern::kResidualRmsNorm, 128, Algorithm::kOneshotPull},
+                      SharedCase{2, Pattern::kAllReduce, 64, Algorithm::kOneshotPull},
+                      SharedCase{2, Pattern::kFp8PerGroup, 128, Algorithm::kOneshotPull},
+                      SharedCase{4, Pattern::kResidualRmsNorm, 32, Algorithm::kTwoshot},
+                      SharedCase{4, Pattern::kAllReduce, 32, Algorithm::kOneshotPull},
+                      SharedCase{8, Pattern::kResidualRmsNorm, 0, Algorithm::kTwoshot},
+                      SharedCase{8, Pattern::kAllReduce, 0, Algorithm::kTwoshot}),
+    [](const auto& info) {
+      return "ws" + std::to_string(info.param.world) + "_" +
+             std::to_string(static_cast<int>(info.param.pattern));
+    });
 
 TEST(Auto, LamportCapacityFallsBackToTwoshot) {
   const StaticFacts f = facts_for(8, 1, 1024, 1024, /*oneshot_max_tokens=*/16);
