@@ -21,7 +21,8 @@
 #             ARF_VOLUME_WORLDS (default "2 4 8"), one soak per GPU at once (ARF_VOLUME_GPUS, default
 #             all visible), seeds from ARF_SOAK_SEED (default: the time, so runs of different
 #             sessions draw different sequences); with ARF_VOLUME_IPC_CALLS > 0 also that many calls
-#             as 2 processes over ipc; scripts/soak_tally.py pools the JSONs
+#             as 2 processes over ipc (ARF_VOLUME_MPS=1: under a private MPS daemon, ~8x the calls/s
+#             of time-slicing); scripts/soak_tally.py pools the JSONs
 #   reference the churn soak's verification split (--reference): at 8 and 2 virtual ranks, the same
 #             seed for 12 s with every rank recomputing the expected outputs and with one rank per
 #             call (the others compared by hash): calls/s of each; then two negative-control
@@ -105,6 +106,20 @@ ab_rounds() {
     done
   done
 }
+# A private MPS control daemon for this job (its own pipe and log directories; no device setting
+# is changed): mps_start exports its directories to the commands that follow it, mps_stop quits
+# the daemon and keeps its logs under $out/log.
+mps_start() {
+  command -v nvidia-cuda-mps-control > /dev/null || { echo "mps: nvidia-cuda-mps-control not on PATH"; return 1; }
+  export CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d) CUDA_MPS_LOG_DIRECTORY=$(mktemp -d)
+  nvidia-cuda-mps-control -d > "$out/log/mps_daemon.txt" 2>&1
+  local rc=$?; echo "mps daemon start: exit $rc"; return $rc
+}
+mps_stop() {
+  echo quit | nvidia-cuda-mps-control; sleep 1
+  cp "$CUDA_MPS_LOG_DIRECTORY"/*.log "$out/log/" 2>/dev/null
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
 
 for stage in "$@"; do
   echo "=== $stage $(date -u +%H:%M:%S)"
@@ -161,14 +176,20 @@ for stage in "$@"; do
           tail -2 "$out/log/churn_volume_${n}_seed$((seed + g)).txt"
         done
       done
-      # Two processes on one GPU over the ipc transport (a calls budget: processes stop together).
+      # Two processes on one GPU over the ipc transport (a calls budget: processes stop together),
+      # time-sliced, or with ARF_VOLUME_MPS=1 under a private MPS daemon (their kernels at once).
       if [[ ${ARF_VOLUME_IPC_CALLS:-0} -gt 0 ]]; then
-        j="$out/log/churn_volume_ipc2_seed$seed"
+        j="$out/log/churn_volume_ipc2_seed$seed"; mps=
+        if [[ ${ARF_VOLUME_MPS:-0} == 1 ]]; then
+          mps_start || continue
+          j="$out/log/churn_volume_ipc2_mps_seed$seed"; mps=" under MPS"
+        fi
         timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" ./build/arfusion-run --timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" -n 2 -- \
           ./build/arfusion-stress churn --calls "$ARF_VOLUME_IPC_CALLS" --progress 0 --verify-calls \
           -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed "$seed" --hash-dir "$j.hashes" -J "$j.json" \
           > "$j.txt" 2>&1
-        echo "volume ipc 2 processes (seed $seed): exit $?"; grep -E "calls/s|RESULT" "$j.txt" | tail -3
+        echo "volume ipc 2 processes$mps (seed $seed): exit $?"; grep -E "calls/s|RESULT" "$j.txt" | tail -3
+        [[ -z $mps ]] || mps_stop
       fi ;;
     reference)
       # ARF_REFERENCE_RATES=0: the negative controls only
@@ -227,20 +248,12 @@ for stage in "$@"; do
     mps)
       calls=${ARF_MPS_CALLS:-2000}
       for mode in plain mps; do
-        if [[ $mode == mps ]]; then
-          command -v nvidia-cuda-mps-control > /dev/null || { echo "mps: nvidia-cuda-mps-control not on PATH"; break; }
-          export CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d) CUDA_MPS_LOG_DIRECTORY=$(mktemp -d)
-          nvidia-cuda-mps-control -d > "$out/log/mps_daemon.txt" 2>&1; echo "mps daemon start: exit $?"
-        fi
+        if [[ $mode == mps ]]; then mps_start || break; fi
         timeout 300 ./build/arfusion-run --timeout 300 -n 2 -- ./build/arfusion-stress churn --calls "$calls" --progress 0 \
           --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed 99 --hash-dir "$out/log/mps_${mode}.hashes" \
           -J "$out/log/churn_mps_${mode}.json" > "$out/log/churn_mps_${mode}.txt" 2>&1
         echo "ipc churn 2 processes ($mode): exit $?"; grep -E "calls/s|RESULT" "$out/log/churn_mps_${mode}.txt" | tail -3
-        if [[ $mode == mps ]]; then
-          echo quit | nvidia-cuda-mps-control; sleep 1
-          cp "$CUDA_MPS_LOG_DIRECTORY"/*.log "$out/log/" 2>/dev/null
-          unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-        fi
+        [[ $mode != mps ]] || mps_stop
       done ;;
     zero_copy)
       ./build/arfusion_gpu_tests --gtest_filter='*InputBuffer*' > "$out/log/input_buffer_tests.txt" 2>&1

@@ -43,8 +43,9 @@
  *        collective, or set CUDA_MODULE_LOADING=EAGER. The library loads its own at creation;
  *      - CUDA graph launches are the caller's to order likewise (every rank's launch i before any
  *        rank's launch i+1; graphs may contain other kernels: the gate is captured with each call).
- *    Ranks on distinct GPUs and ranks of different processes (ipc; contexts time-slice) are not
- *    affected by any of this. CUDA_DEVICE_MAX_CONNECTIONS=32 (set before CUDA initialises) makes
+ *    Ranks on distinct GPUs are not affected by any of this. Ranks of different processes on one
+ *    GPU (ipc) run the gate too (under MPS their kernels run at once) but not the enqueue order
+ *    (separate contexts do not share hardware queues). CUDA_DEVICE_MAX_CONNECTIONS=32 (set before CUDA initialises) makes
  *    queue sharing rarer; the tests and tools set it.
  *  - Two communicators over the same GPUs (e.g. attention-TP and MoE-TP groups): use them in turn
  *    (each rank orders one group's calls after the other's with events or one stream), as with
@@ -322,7 +323,7 @@ arfStatus_t arfCommConfigFromEnv(arfCommConfig_t* config);
  * Needs cuMem with POSIX file descriptor handles (Linux, CUDA 11.3+ driver).
  * Both: when several ranks share one device, launch grids are capped so that all ranks' blocks
  * co-reside (spinning kernels would otherwise deadlock); ranks of different processes on one GPU
- * time-slice (correct, slow).
+ * time-slice (correct, slow) or, under an MPS daemon, run at once behind the shared-device gate.
  * Not graph-capturable. Sets the calling thread's current device to config->device. */
 arfStatus_t arfCommInitRank(arfComm_t* comm, const arfCommConfig_t* config);
 
