@@ -23,6 +23,10 @@
 #             sessions draw different sequences); with ARF_VOLUME_IPC_CALLS > 0 also that many calls
 #             as 2 processes over ipc (ARF_VOLUME_MPS=1: under a private MPS daemon, ~8x the calls/s
 #             of time-slicing); scripts/soak_tally.py pools the JSONs
+#   soak_factors  the churn soak at 8 virtual ranks, ARF_FACTOR_SECONDS (default 10) each, as
+#             configured and with one factor changed (skew, calls in flight, foreign-kernel size,
+#             capacity, hidden, reference check, one pattern or algorithm only): calls/s of each,
+#             to find where its time goes (factor_*, not counted as volume)
 #   reference the churn soak's verification split (--reference): at 8 and 2 virtual ranks, the same
 #             seed for 12 s with every rank recomputing the expected outputs and with one rank per
 #             call (the others compared by hash): calls/s of each; then two negative-control
@@ -191,6 +195,23 @@ for stage in "$@"; do
         echo "volume ipc 2 processes$mps (seed $seed): exit $?"; grep -E "calls/s|RESULT" "$j.txt" | tail -3
         [[ -z $mps ]] || mps_stop
       fi ;;
+    soak_factors)
+      # Where the churn soak's device time goes at 8 virtual ranks (the world that bounds the
+      # volume target): the same seed for ARF_FACTOR_SECONDS each, as configured and with one thing
+      # changed or left out. Files are factor_* (not churn_*): soak_tally.py does not count them.
+      every=oneshot_lamport,oneshot_pull,twoshot,unfused
+      for v in "default:$every:" "skew0:$every:--skew-us 0" "in_flight2:$every:--in-flight 2" \
+               "light_foreign:$every:--foreign-block 256 --foreign-smem-kb 0" \
+               "capacity256:$every:--max-tokens 256" "hidden4096:$every:--hiddens 4096" \
+               "reference_all:$every:--reference all" "only_allreduce:$every:--patterns allreduce" \
+               "only_norm:$every:--patterns residual_rmsnorm" "only_fp8_group:$every:--patterns fp8_group" \
+               "only_nvfp4:$every:--patterns nvfp4" "only_twoshot:twoshot:" "only_pull:oneshot_pull:"; do
+        IFS=: read -r name algos rest <<< "$v"; read -ra extra <<< "$rest"
+        j="$out/log/factor_8_$name"
+        timeout 60 ./build/arfusion-stress churn --nranks 8 --seconds "${ARF_FACTOR_SECONDS:-10}" --progress 0 \
+          --verify-calls -a "$algos" --seed 11 "${extra[@]}" -J "$j.json" > "$j.txt" 2>&1
+        echo "factor $name: exit $?: $(grep -m1 'calls/s' "$j.txt")"
+      done ;;
     reference)
       # ARF_REFERENCE_RATES=0: the negative controls only
       [[ ${ARF_REFERENCE_RATES:-1} == 0 ]] || for n in 8 2; do
