@@ -61,6 +61,17 @@ if(ARF_BUILD_TESTS)
     $<TARGET_FILE:arfusion-stress> churn --calls 2000 --progress 10
     --hash-dir ${CMAKE_CURRENT_BINARY_DIR}/churn_soak_ipc.hashes
     -J ${CMAKE_CURRENT_BINARY_DIR}/churn_soak_ipc.json)
+  # The same under a private MPS daemon, at 2 and 4 processes: their kernels run at once, so a
+  # collective spinning for a mate can hold the SMs the mate's foreign kernel needs unless the
+  # shared-device gate waits across processes too (without it: a stall at the first call).
+  # Skipped (77) where there is no GPU or no MPS.
+  foreach(n 2 4)
+    arf_add_churn_test(churn_soak_ipc_mps_${n} bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/gpu/with_private_mps.sh
+      -- $<TARGET_FILE:arfusion-run> --timeout 600 -n ${n} --
+      $<TARGET_FILE:arfusion-stress> churn --calls 2000 --progress 10
+      --hash-dir ${CMAKE_CURRENT_BINARY_DIR}/churn_soak_ipc_mps_${n}.hashes
+      -J ${CMAKE_CURRENT_BINARY_DIR}/churn_soak_ipc_mps_${n}.json)
+  endforeach()
   # The sequence that stalled the library when an outside program drove it (shared/repro,
   # copied into tests/data/): its capacity, Lamport forced as recorded, replayed 3 times on
   # fresh communicators with the repro's host-side jitter and no device delay.

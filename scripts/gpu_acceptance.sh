@@ -110,20 +110,10 @@ ab_rounds() {
     done
   done
 }
-# A private MPS control daemon for this job (its own pipe and log directories; no device setting
-# is changed): mps_start exports its directories to the commands that follow it, mps_stop quits
-# the daemon and keeps its logs under $out/log.
-mps_start() {
-  command -v nvidia-cuda-mps-control > /dev/null || { echo "mps: nvidia-cuda-mps-control not on PATH"; return 1; }
-  export CUDA_MPS_PIPE_DIRECTORY=$(mktemp -d) CUDA_MPS_LOG_DIRECTORY=$(mktemp -d)
-  nvidia-cuda-mps-control -d > "$out/log/mps_daemon.txt" 2>&1
-  local rc=$?; echo "mps daemon start: exit $rc"; return $rc
-}
-mps_stop() {
-  echo quit | nvidia-cuda-mps-control; sleep 1
-  cp "$CUDA_MPS_LOG_DIRECTORY"/*.log "$out/log/" 2>/dev/null
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-}
+# Prefix of a command run under a private MPS daemon (tests/gpu/with_private_mps.sh: fresh pipe
+# and log directories, no device setting changed, stopped when the command ends; exit 77 when MPS
+# is unavailable), its logs kept in $out/log/mps_logs.
+under_mps=(bash tests/gpu/with_private_mps.sh --logs "$out/log/mps_logs" --)
 
 for stage in "$@"; do
   echo "=== $stage $(date -u +%H:%M:%S)"
@@ -183,17 +173,15 @@ for stage in "$@"; do
       # Two processes on one GPU over the ipc transport (a calls budget: processes stop together),
       # time-sliced, or with ARF_VOLUME_MPS=1 under a private MPS daemon (their kernels at once).
       if [[ ${ARF_VOLUME_IPC_CALLS:-0} -gt 0 ]]; then
-        j="$out/log/churn_volume_ipc2_seed$seed"; mps=
+        j="$out/log/churn_volume_ipc2_seed$seed"; mps=; prefix=()
         if [[ ${ARF_VOLUME_MPS:-0} == 1 ]]; then
-          mps_start || continue
-          j="$out/log/churn_volume_ipc2_mps_seed$seed"; mps=" under MPS"
+          j="$out/log/churn_volume_ipc2_mps_seed$seed"; mps=" under MPS"; prefix=("${under_mps[@]}")
         fi
-        timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" ./build/arfusion-run --timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" -n 2 -- \
+        timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" "${prefix[@]}" ./build/arfusion-run --timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" -n 2 -- \
           ./build/arfusion-stress churn --calls "$ARF_VOLUME_IPC_CALLS" --progress 0 --verify-calls \
           -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed "$seed" --hash-dir "$j.hashes" -J "$j.json" \
           > "$j.txt" 2>&1
-        echo "volume ipc 2 processes$mps (seed $seed): exit $?"; grep -E "calls/s|RESULT" "$j.txt" | tail -3
-        [[ -z $mps ]] || mps_stop
+        echo "volume ipc 2 processes$mps (seed $seed): exit $?"; grep -E "SKIPPED|calls/s|RESULT" "$j.txt" | tail -3
       fi ;;
     soak_factors)
       # Where the churn soak's device time goes at 8 virtual ranks (the world that bounds the
@@ -269,12 +257,11 @@ for stage in "$@"; do
     mps)
       calls=${ARF_MPS_CALLS:-2000}
       for mode in plain mps; do
-        if [[ $mode == mps ]]; then mps_start || break; fi
-        timeout 300 ./build/arfusion-run --timeout 300 -n 2 -- ./build/arfusion-stress churn --calls "$calls" --progress 0 \
+        prefix=(); [[ $mode == plain ]] || prefix=("${under_mps[@]}")
+        timeout 300 "${prefix[@]}" ./build/arfusion-run --timeout 300 -n 2 -- ./build/arfusion-stress churn --calls "$calls" --progress 0 \
           --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed 99 --hash-dir "$out/log/mps_${mode}.hashes" \
           -J "$out/log/churn_mps_${mode}.json" > "$out/log/churn_mps_${mode}.txt" 2>&1
-        echo "ipc churn 2 processes ($mode): exit $?"; grep -E "calls/s|RESULT" "$out/log/churn_mps_${mode}.txt" | tail -3
-        [[ $mode != mps ]] || mps_stop
+        echo "ipc churn 2 processes ($mode): exit $?"; grep -E "SKIPPED|calls/s|RESULT" "$out/log/churn_mps_${mode}.txt" | tail -3
       done ;;
     zero_copy)
       ./build/arfusion_gpu_tests --gtest_filter='*InputBuffer*' > "$out/log/input_buffer_tests.txt" 2>&1
