@@ -62,7 +62,8 @@
 #             (ARF_NATIVE_ARGS, default "--worlds 2"; --without-quant leaves the quantized op's kernel out).
 #             ARF_OPS_BASELINE=FILE (an older csrc/ops_stable.cc): also built, in a copy of python/,
 #             and the C++ op overhead measured old, new, old, new in the same run
-#   e2e       the end-to-end decoder: bench/e2e/run.sh ${ARF_E2E_ARGS:---quick} (results under bench/results)
+#   e2e       the end-to-end decoder: bench/e2e/run.sh ${ARF_E2E_ARGS:---quick} (results under bench/results);
+#             ARF_E2E_MPS=1: its rank processes under a private MPS daemon (run at once, not time-sliced)
 #   perf      world-1 epilogues against torch.compile (bench_world1.sh, bench_world1_quant.sh)
 #   build     configure and build ./build here (a snapshot from scripts/snapshot_for_device.sh)
 set -uo pipefail
@@ -324,7 +325,8 @@ for stage in "$@"; do
         cmake --build build -j"$(nproc)" > "$out/log/build.txt" 2>&1
       echo "build: exit $?"; tail -2 "$out/log/build.txt" ;;
     e2e)
-      bash bench/e2e/run.sh ${ARF_E2E_ARGS:---quick} > "$out/log/e2e.txt" 2>&1
+      prefix=(); [[ ${ARF_E2E_MPS:-0} == 1 ]] && prefix=("${under_mps[@]}")
+      "${prefix[@]}" bash bench/e2e/run.sh ${ARF_E2E_ARGS:---quick} > "$out/log/e2e.txt" 2>&1
       echo "e2e: exit $?"; grep -E "VERDICT|FAIL|^  - " "$out/log/e2e.txt" | head -20
       cp bench/results/*-e2e*-"$ARF_GIT_COMMIT"/e2e.json "$out/log/" 2>/dev/null ;;
     perf)
