@@ -292,9 +292,17 @@ class PlannerTest(unittest.TestCase):
         self.assertEqual(large.algorithm, "oneshot_pull")
         self.assertTrue(large.fused)
 
-    def test_shared_device_prefers_twoshot(self):
-        p = self.plan(dict(world_size=4, ranks_per_device=4), num_tokens=16, hidden=4096)
-        self.assertEqual(p.algorithm, "twoshot")
+    def test_shared_device_follows_the_one_gpu_rule(self):
+        # Every rank on one GPU (policy.cc, choose_shared_device): 4 ranks take oneshot_lamport up
+        # to 512 KiB per rank, then two-shot for a fused call; 8 ranks take two-shot at any size.
+        four = dict(world_size=4, ranks_per_device=4)
+        small = self.plan(four, num_tokens=16, hidden=4096)      # 128 KiB
+        large = self.plan(four, num_tokens=128, hidden=4096)     # 1 MiB
+        eight = self.plan(dict(world_size=8, ranks_per_device=8), num_tokens=1, hidden=4096)
+        self.assertEqual((small.algorithm, large.algorithm, eight.algorithm),
+                         ("oneshot_lamport", "twoshot", "twoshot"))
+        for p in (small, large, eight):
+            self.assertIn("share a device", p.reason)
 
     def test_block_size_follows_hidden(self):
         p = self.plan(dict(world_size=2), num_tokens=1, hidden=1024)
