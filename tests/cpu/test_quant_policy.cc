@@ -123,7 +123,7 @@ TEST(QuantForced, LevelThreeReasonNamesTheInnerAlgorithm) {
 
 TEST(QuantForced, LevelThreeInnerFollowsAutoAcrossTheOneshotBoundary) {
   StaticFacts f = facts_for(8);
-  f.max_ranks_per_device = 1;  // the NVLink limits (ranks sharing a GPU always take twoshot)
+  f.max_ranks_per_device = 1;  // the NVLink limits (ranks sharing a GPU follow their own rule)
   for (int fallback : {0, 3}) {
     const Algorithm requested = fallback == 0 ? Algorithm::kUnfused : Algorithm::kAuto;
     EXPECT_EQ(
