@@ -54,7 +54,7 @@
 #             the fused sweep at 2, 4 and 8 virtual ranks with the inputs copied in and with them in
 #             the input buffers, alternating in the same run (-n 100 -G 3 -R 3; oneshot_pull, which
 #             the buffer spares its copy-in, and auto; decode to prefill sizes)
-#   ctest     ctest -L gpu (ARF_CTEST_EXCLUDE: a regex of tests to leave out)
+#   ctest     ctest -L gpu (ARF_CTEST_INCLUDE / ARF_CTEST_EXCLUDE: regexes of tests to run / leave out)
 #   python    the torch integration: compile-pass graph dump, then python/tests/run_gpu_tests.sh
 #             (ARF_PYTHON_ARGS, e.g. "--worlds 2,4,8"), the FP8 scale probe, the op-overhead bench
 #   native    the C++ (stable-ABI) ops: build them (python3 -m arfusion.torch.build_ops), the
@@ -280,7 +280,8 @@ for stage in "$@"; do
         done
       done ;;
     ctest)
-      ctest --test-dir "${configured:-build}" -L gpu ${ARF_CTEST_EXCLUDE:+-E "$ARF_CTEST_EXCLUDE"} \
+      ctest --test-dir "${configured:-build}" -L gpu ${ARF_CTEST_INCLUDE:+-R "$ARF_CTEST_INCLUDE"} \
+        ${ARF_CTEST_EXCLUDE:+-E "$ARF_CTEST_EXCLUDE"} \
         --output-on-failure > "$out/log/ctest_gpu.txt" 2>&1
       echo "ctest -L gpu: exit $?"; grep -E "Test +#|tests passed|Total Test" "$out/log/ctest_gpu.txt" | tail -30 ;;
     python)
