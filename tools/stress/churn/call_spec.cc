@@ -8,7 +8,7 @@ constexpr const char* kPatNames[kNumPats] = {"allreduce", "flat", "residual_rmsn
                                              "fp8_token", "fp8_group", "nvfp4", "mxfp4"};
 constexpr const char* kTokenKindNames[kNumTokenKinds] = {
     "tiny", "log_uniform", "boundary", "full_capacity", "tiny_after_large", "large_after_tiny",
-    "replayed"};
+    "replayed", "full_grid"};
 
 }  // namespace
 

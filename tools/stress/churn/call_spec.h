@@ -52,8 +52,9 @@ enum class TokenKind : uint8_t {
   kTinyAfterLarge, // 1..4 right after a large call
   kLargeAfterTiny, // a large call right after such a tiny one
   kReplayed,       // from a CSV
+  kFullGrid,       // the fewest tokens at which the plan reaches its largest grid (volume mix)
 };
-inline constexpr int kNumTokenKinds = 7;
+inline constexpr int kNumTokenKinds = 8;
 const char* token_kind_name(TokenKind k);
 
 struct CallSpec {

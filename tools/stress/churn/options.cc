@@ -176,6 +176,12 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
   app.add_option("--calls-per-algorithm", o.calls_per_algorithm,
                  "stop once every listed algorithm issued this many calls");
   app.add_option("--seed", o.seed, "seed of the schedule and the data")->capture_default_str();
+  std::string mix = "engine";
+  app.add_option("--mix", mix,
+                 "token counts: engine (15% full capacity; large after tiny at half to full "
+                 "capacity) or volume (2% full capacity, the rest of those and most large calls at "
+                 "full grid: fewer bytes per call, the same kinds of call)")
+      ->check(CLI::IsMember({"engine", "volume"}))->capture_default_str();
   app.add_option("--skew-us", o.skew_us, "device delay per (call, rank) before the inputs, 0..this")
       ->check(CLI::Range(0, 1000000))->capture_default_str();
   app.add_option("--host-skew-us", o.host_skew_us, "host busy-wait before 1/4 of the calls, 0..this")
@@ -227,6 +233,7 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
     app.parse(argc, argv);
     o.dtype = dtype == "fp16" ? arfFloat16 : arfBFloat16;
     o.reference_every_rank = reference == "all";
+    o.mix = mix == "volume" ? TokenMix::kVolume : TokenMix::kEngine;
     if (!o.replay_path.empty() && input_buffer->count() == 0) o.input_buffer_percent = 0;
     o.patterns = parse_pattern_list(patterns);
     o.algos = parse_algorithm_list(algos);
@@ -250,6 +257,7 @@ ScheduleOptions schedule_options(const ChurnOptions& o) {
   so.algos = o.algos;
   so.hiddens = o.hiddens;
   so.max_tokens = o.max_tokens;
+  so.mix = o.mix;
   return so;
 }
 

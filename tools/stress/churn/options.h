@@ -44,6 +44,7 @@ struct ChurnOptions {
   double seconds = 0;
   uint64_t calls_per_algorithm = 0;  // stop once every listed algorithm issued this many
   uint64_t seed = 1;
+  TokenMix mix = TokenMix::kEngine;  // how token counts are drawn (schedule.h)
 
   // Timing and co-scheduling.
   int skew_us = 50;        // device-side delay per (call, rank) in the generate kernel

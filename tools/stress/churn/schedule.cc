@@ -66,13 +66,18 @@ BoundaryTable BoundaryTable::probe(const ScheduleOptions& o, const PlanOracle& o
         c.hidden = h;
         std::set<int64_t> edges;
         PlanInfo prev;
-        int64_t first_ok = 0, last_ok = 0;
+        int64_t first_ok = 0, last_ok = 0, full_grid = 0;
+        int max_grid = 0;
         for (int64_t tok = 1; tok <= o.max_tokens; ++tok) {
           c.tokens = tok;
           const PlanInfo here = oracle(c);
           if (here.ok) {
             if (first_ok == 0) first_ok = tok;
             last_ok = tok;
+            if (here.grid > max_grid) {
+              max_grid = here.grid;
+              full_grid = tok;
+            }
           }
           if (tok > 1 && !here.same_dispatch(prev)) {
             if (prev.ok) edges.insert(tok - 1);  // the last of the old dispatch
@@ -85,6 +90,7 @@ BoundaryTable BoundaryTable::probe(const ScheduleOptions& o, const PlanOracle& o
           edges.insert(last_ok);
         }
         t.table_[key].assign(edges.begin(), edges.end());
+        t.full_grid_[key] = full_grid;
       }
     }
   }
@@ -94,6 +100,11 @@ BoundaryTable BoundaryTable::probe(const ScheduleOptions& o, const PlanOracle& o
 const std::vector<int64_t>& BoundaryTable::at(Pat p, arfAlgorithm_t a, int64_t hidden) const {
   const auto it = table_.find(key_of(p, a, hidden));
   return it == table_.end() ? empty_ : it->second;
+}
+
+int64_t BoundaryTable::full_grid_tokens(Pat p, arfAlgorithm_t a, int64_t hidden) const {
+  const auto it = full_grid_.find(key_of(p, a, hidden));
+  return it == full_grid_.end() ? 0 : it->second;
 }
 
 size_t BoundaryTable::num_points() const {
@@ -135,6 +146,8 @@ int64_t Rng::log_uniform(int64_t lo, int64_t hi) {
 
 // ---- Generator -----------------------------------------------------------------------------------
 
+const char* token_mix_name(TokenMix m) { return m == TokenMix::kVolume ? "volume" : "engine"; }
+
 Generator::Generator(const ScheduleOptions& o, const BoundaryTable* table, PlanOracle oracle)
     : o_(o), table_(table), oracle_(std::move(oracle)), rng_(o.seed ^ 0x636875726E21ull) {
   std::sort(o_.hiddens.begin(), o_.hiddens.end());
@@ -171,6 +184,7 @@ void Generator::draw_tokens(CallSpec* c, const std::vector<int64_t>& hiddens) {
   if (pending_ == 2) {
     c->token_kind = TokenKind::kLargeAfterTiny;
     large();
+    if (o_.mix == TokenMix::kVolume) draw_large_volume(c);
     pending_ = 0;
     return;
   }
@@ -185,6 +199,10 @@ void Generator::draw_tokens(CallSpec* c, const std::vector<int64_t>& hiddens) {
     c->token_kind = TokenKind::kBoundary;
     const std::vector<int64_t>& b = table_->at(c->pattern, c->algorithm, c->hidden);
     c->tokens = b.empty() ? rng_.log_uniform(1, o_.max_tokens) : rng_.pick(b);
+  } else if (o_.mix == TokenMix::kVolume && !rng_.chance(2, 15)) {
+    const int64_t full_grid = table_->full_grid_tokens(c->pattern, c->algorithm, c->hidden);
+    c->token_kind = full_grid > 0 ? TokenKind::kFullGrid : TokenKind::kLogUniform;
+    c->tokens = full_grid > 0 ? full_grid : rng_.log_uniform(1, o_.max_tokens);
   } else if (previous_hidden_ != largest || hiddens.size() == 1) {
     c->token_kind = TokenKind::kFull;
     c->hidden = largest;
@@ -193,8 +211,20 @@ void Generator::draw_tokens(CallSpec* c, const std::vector<int64_t>& hiddens) {
     c->token_kind = TokenKind::kLogUniform;
     c->tokens = rng_.log_uniform(1, o_.max_tokens);
   }
-  // After a large call (a quarter of capacity or more), half the time: tiny, then large.
-  if (c->tokens * c->hidden * 4 >= capacity_elems_ && rng_.chance(1, 2)) pending_ = 1;
+  // After a large call (a quarter of capacity or more; in the volume mix also one at full grid),
+  // half the time: tiny, then large.
+  bool large_call = c->tokens * c->hidden * 4 >= capacity_elems_;
+  if (o_.mix == TokenMix::kVolume && !large_call) {
+    const int64_t full_grid = table_->full_grid_tokens(c->pattern, c->algorithm, c->hidden);
+    large_call = full_grid > 0 && c->tokens >= full_grid;
+  }
+  if (large_call && rng_.chance(1, 2)) pending_ = 1;
+}
+
+void Generator::draw_large_volume(CallSpec* c) {
+  // c holds the engine mix's large call (hidden and tokens); 3 times in 4 it becomes full grid.
+  const int64_t full_grid = table_->full_grid_tokens(c->pattern, c->algorithm, c->hidden);
+  if (full_grid > 0 && !rng_.chance(1, 4)) c->tokens = full_grid;
 }
 
 void Generator::draw_options(CallSpec* c) {

@@ -11,6 +11,15 @@
 // token call and then a large one ("tiny after large": the Lamport buffer of the big call is being
 // cleared while the tiny one runs).
 //
+// The volume mix (TokenMix::kVolume) keeps every kind of call but spends fewer bytes per call, so a
+// shared GPU soaks more calls per second (where ranks share a GPU, full-capacity calls, ~64 MiB per
+// rank at the default capacity, take most of the device time): of the ~15% full-capacity draws, 2% of all calls stay full capacity and
+// the rest become "full grid" calls (the fewest tokens at which the plan reaches its largest grid,
+// at any hidden: every CTA busy, the per-CTA state of the whole grid in use); the large call after
+// a tiny one is full grid at the largest hidden, or 1 time in 4 what the engine mix draws; and a
+// call at full grid counts as large for starting a tiny-after-large pair. Grid transitions, the
+// protocol's concern, stay as frequent; large byte counts (clears, bounds) become rarer.
+//
 // A call the planner refuses is first retried with the default fallback level, then with the
 // default scale layout/format; still refused, it is marked skipped (the same on every rank).
 #pragma once
@@ -46,6 +55,11 @@ using PlanOracle = std::function<PlanInfo(const CallSpec&)>;
 // The oracle of arfPlanFromFacts / arfPlanShape-style functions, for a given dtype.
 PlanInfo plan_info_from(arfStatus_t status, const arfPlan_t& plan);
 
+// How token counts are drawn (see above): kEngine as an engine's calls come, kVolume for volume
+// on a shared GPU.
+enum class TokenMix : uint8_t { kEngine, kVolume };
+const char* token_mix_name(TokenMix m);
+
 struct ScheduleOptions {
   uint64_t seed = 1;
   arfDataType_t dtype = arfBFloat16;
@@ -53,6 +67,7 @@ struct ScheduleOptions {
   std::vector<arfAlgorithm_t> algos;
   std::vector<int64_t> hiddens;  // ascending, multiples of 8, <= max_hidden
   int64_t max_tokens = 2048;
+  TokenMix mix = TokenMix::kEngine;
 };
 
 // The hiddens a pattern may use: multiples of its quantization block (128 / 16 / 32).
@@ -66,6 +81,8 @@ class BoundaryTable {
  public:
   static BoundaryTable probe(const ScheduleOptions& o, const PlanOracle& oracle);
   const std::vector<int64_t>& at(Pat p, arfAlgorithm_t a, int64_t hidden) const;
+  // The fewest tokens whose plan has the largest grid seen over 1..max_tokens (0: never runs).
+  int64_t full_grid_tokens(Pat p, arfAlgorithm_t a, int64_t hidden) const;
   size_t num_points() const;
   size_t num_combinations() const { return table_.size(); }
   // (pattern, algorithm, hidden) -> boundaries, for --list-boundaries.
@@ -73,6 +90,7 @@ class BoundaryTable {
 
  private:
   std::map<std::tuple<int, int, int64_t>, std::vector<int64_t>> table_;
+  std::map<std::tuple<int, int, int64_t>, int64_t> full_grid_;
   std::vector<int64_t> empty_;
 };
 
@@ -100,6 +118,9 @@ class Generator {
 
  private:
   void draw_tokens(CallSpec* c, const std::vector<int64_t>& hiddens);
+  // The volume mix's large call: full grid, or 1 time in 4 the engine mix's (max_tokens, or half
+  // to all of it).
+  void draw_large_volume(CallSpec* c);
   void draw_options(CallSpec* c);
   void plan(CallSpec* c);
 

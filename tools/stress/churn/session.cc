@@ -52,7 +52,9 @@ void print_boundaries(const BoundaryTable& t) {
                 arfAlgorithmName(static_cast<arfAlgorithm_t>(std::get<1>(key))),
                 static_cast<long long>(std::get<2>(key)));
     for (int64_t p : points) std::printf(" %lld", static_cast<long long>(p));
-    std::printf("\n");
+    const auto pat = static_cast<Pat>(std::get<0>(key));
+    const auto algo = static_cast<arfAlgorithm_t>(std::get<1>(key));
+    std::printf(" (full grid from %lld)\n", static_cast<long long>(t.full_grid_tokens(pat, algo, std::get<2>(key))));
   }
 }
 

@@ -4,6 +4,7 @@
 // needs no GPU.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <set>
 #include <thread>
@@ -154,6 +155,73 @@ TEST(ChurnSchedule, OptionsAllVary) {
   EXPECT_EQ(layouts.size(), 3u);
   EXPECT_EQ(formats.size(), 3u);
   EXPECT_EQ(fallbacks.size(), 4u);
+}
+
+// The volume mix at the default shape of a shared-GPU soak (8 virtual ranks, capacity 2048 x
+// 16384): every kind of call the engine mix draws is still drawn, full-grid calls sit exactly at
+// the first token count of the largest grid, a tiny call follows only a large one, and the bytes
+// per call drop well below the engine mix's.
+TEST(ChurnSchedule, VolumeMixKeepsEveryKindWithFewerBytes) {
+  ScheduleOptions o = options(2048);
+  o.hiddens = {128, 1024, 2048, 4096, 5120, 7168, 8192, 12288, 16384};
+  const arfPlanFacts_t f = facts(8, o.max_tokens, 16384);
+  const PlanOracle oracle = facts_oracle(f);
+  const BoundaryTable table = BoundaryTable::probe(o, oracle);
+  const int64_t capacity = o.max_tokens * 16384;
+  const int n = 30000;
+  const auto mean_elements = [&](TokenMix mix, std::map<TokenKind, int>* kinds) {
+    ScheduleOptions m = o;
+    m.mix = mix;
+    Generator g(m, &table, oracle);
+    double elements = 0;
+    int issued = 0;
+    CallSpec previous;
+    for (int i = 0; i < n; ++i) {
+      const CallSpec c = g.next();
+      ++(*kinds)[c.token_kind];
+      if (c.token_kind == TokenKind::kFullGrid) {
+        CallSpec at = c;
+        const int grid = oracle(at).grid;
+        at.tokens = c.tokens - 1;
+        EXPECT_TRUE(c.tokens == 1 || oracle(at).grid < grid) << "not the first token count of its grid";
+        for (at.tokens = c.tokens + 1; at.tokens <= o.max_tokens; at.tokens += 97) {
+          const PlanInfo p = oracle(at);
+          if (p.ok) {
+            EXPECT_LE(p.grid, grid) << pat_name(c.pattern) << " hidden " << c.hidden;
+          }
+        }
+      }
+      if (c.token_kind == TokenKind::kTinyAfterLarge) {
+        const int64_t full_grid = table.full_grid_tokens(previous.pattern, previous.algorithm, previous.hidden);
+        const bool large = previous.tokens * previous.hidden * 4 >= capacity ||
+                           (mix == TokenMix::kVolume && full_grid > 0 && previous.tokens >= full_grid);
+        EXPECT_TRUE(large) << "tiny after " << previous.tokens << " x " << previous.hidden;
+      }
+      if (!c.skipped) {
+        elements += static_cast<double>(c.tokens) * static_cast<double>(c.hidden);
+        ++issued;
+      }
+      previous = c;
+    }
+    return elements / issued;
+  };
+  std::map<TokenKind, int> engine, volume;
+  const double engine_elems = mean_elements(TokenMix::kEngine, &engine);
+  const double volume_elems = mean_elements(TokenMix::kVolume, &volume);
+  for (TokenKind k : {TokenKind::kTiny, TokenKind::kLogUniform, TokenKind::kBoundary, TokenKind::kFull,
+                      TokenKind::kTinyAfterLarge, TokenKind::kLargeAfterTiny}) {
+    EXPECT_GT(engine[k], 0) << token_kind_name(k);
+    EXPECT_GT(volume[k], n / 200) << token_kind_name(k);
+  }
+  EXPECT_EQ(engine[TokenKind::kFullGrid], 0);
+  EXPECT_GT(volume[TokenKind::kFullGrid], n / 20);
+  EXPECT_NEAR(volume[TokenKind::kFull] / double(n), 0.02, 0.01);
+  // At least as many tiny-after-large transitions as the engine mix: the protocol's hard case.
+  EXPECT_GE(volume[TokenKind::kTinyAfterLarge], engine[TokenKind::kTinyAfterLarge]);
+  EXPECT_LT(volume_elems, 0.4 * engine_elems) << "engine " << engine_elems << " volume " << volume_elems;
+  std::printf("mean elements per call: engine %.0f, volume %.0f (%.2fx); tiny-after-large %d / %d\n",
+              engine_elems, volume_elems, engine_elems / volume_elems, engine[TokenKind::kTinyAfterLarge],
+              volume[TokenKind::kTinyAfterLarge]);
 }
 
 // Every change of the plan between t-1 and t must have both t-1 and t in the table. Returns the
