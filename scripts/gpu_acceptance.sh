@@ -22,9 +22,11 @@
 #             all visible), seeds from ARF_SOAK_SEED (default: the time, so runs of different
 #             sessions draw different sequences); with ARF_VOLUME_IPC_CALLS > 0 also that many calls
 #             as 2 processes over ipc (ARF_VOLUME_MPS=1: under a private MPS daemon, ~8x the calls/s
-#             of time-slicing); scripts/soak_tally.py pools the JSONs
+#             of time-slicing); ARF_VOLUME_SECONDS_N overrides the seconds of world N; token mix
+#             ARF_VOLUME_MIX (default volume: fewer bytes per call, the same kinds of call; engine:
+#             the soak's default); scripts/soak_tally.py pools the JSONs
 #   soak_factors  the churn soak at 8 virtual ranks, ARF_FACTOR_SECONDS (default 10) each, as
-#             configured and with one factor changed (skew, calls in flight, foreign-kernel size,
+#             configured and with one factor changed (token mix, skew, calls in flight, foreign-kernel size,
 #             capacity, hidden, reference check, one pattern or algorithm only): calls/s of each,
 #             to find where its time goes (factor_*, not counted as volume)
 #   reference the churn soak's verification split (--reference): at 8 and 2 virtual ranks, the same
@@ -157,11 +159,13 @@ for stage in "$@"; do
       seed=${ARF_SOAK_SEED:-$(date +%s)}
       gpus=${ARF_VOLUME_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
       [[ $gpus -ge 1 ]] || gpus=1
+      mix=${ARF_VOLUME_MIX:-volume}
       for n in ${ARF_VOLUME_WORLDS-2 4 8}; do  # set and empty: none
-        pids=()
+        pids=(); per_world=ARF_VOLUME_SECONDS_$n
         for ((g = 0; g < gpus; g++)); do
           s=$((seed + g)); j="$out/log/churn_volume_${n}_seed$s"
-          CUDA_VISIBLE_DEVICES=$g ./build/arfusion-stress churn --nranks "$n" --seconds "${ARF_VOLUME_SECONDS:-120}" \
+          CUDA_VISIBLE_DEVICES=$g ./build/arfusion-stress churn --nranks "$n" \
+            --seconds "${!per_world:-${ARF_VOLUME_SECONDS:-120}}" --mix "$mix" \
             --progress 0 --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed "$s" \
             -J "$j.json" > "$j.txt" 2>&1 &
           pids+=($!)
@@ -179,7 +183,7 @@ for stage in "$@"; do
           j="$out/log/churn_volume_ipc2_mps_seed$seed"; mps=" under MPS"; prefix=("${under_mps[@]}")
         fi
         timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" "${prefix[@]}" ./build/arfusion-run --timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" -n 2 -- \
-          ./build/arfusion-stress churn --calls "$ARF_VOLUME_IPC_CALLS" --progress 0 --verify-calls \
+          ./build/arfusion-stress churn --calls "$ARF_VOLUME_IPC_CALLS" --mix "$mix" --progress 0 --verify-calls \
           -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed "$seed" --hash-dir "$j.hashes" -J "$j.json" \
           > "$j.txt" 2>&1
         echo "volume ipc 2 processes$mps (seed $seed): exit $?"; grep -E "SKIPPED|calls/s|RESULT" "$j.txt" | tail -3
@@ -189,7 +193,7 @@ for stage in "$@"; do
       # volume target): the same seed for ARF_FACTOR_SECONDS each, as configured and with one thing
       # changed or left out. Files are factor_* (not churn_*): soak_tally.py does not count them.
       every=oneshot_lamport,oneshot_pull,twoshot,unfused
-      for v in "default:$every:" "skew0:$every:--skew-us 0" "in_flight2:$every:--in-flight 2" \
+      for v in "default:$every:" "volume_mix:$every:--mix volume" "skew0:$every:--skew-us 0" "in_flight2:$every:--in-flight 2" \
                "light_foreign:$every:--foreign-block 256 --foreign-smem-kb 0" \
                "capacity256:$every:--max-tokens 256" "hidden4096:$every:--hiddens 4096" \
                "reference_all:$every:--reference all" "only_allreduce:$every:--patterns allreduce" \

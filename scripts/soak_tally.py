@@ -23,6 +23,10 @@ pattern of PATTERNS, a hidden above 8192, full-capacity calls and tiny-after-lar
 missing any of these pool in a group of their own ("partial coverage: ..." names what is missing),
 which never meets the target; runs from before the soak drew them (hidden <= 8192, five patterns)
 land there.
+
+Both token mixes (`token_mix`: engine, or volume: fewer bytes per call, the same kinds of call;
+files from before the option are engine) pool together, with the calls of each shown: the
+full-capacity and tiny-after-large counts say what the pooled calls covered.
 """
 import argparse
 import json
@@ -125,7 +129,8 @@ def tally(files, identity=library_identity):
             g = groups.setdefault(key, {"library": lib, "world": doc.get("world"), "transport": transport,
                                         "coverage": coverage, "commits": [], "files": [],
                                         "calls": {a: 0 for a in ALGORITHMS}, "runs": 0, "unclean_runs": 0,
-                                        "seconds": 0.0, "full_capacity_calls": 0, "tiny_after_large": 0})
+                                        "seconds": 0.0, "full_capacity_calls": 0, "tiny_after_large": 0,
+                                        "calls_per_mix": {}})
             if commit and commit not in g["commits"]:
                 g["commits"].append(commit)
             rel = os.path.relpath(path, REPO)
@@ -138,8 +143,13 @@ def tally(files, identity=library_identity):
             g["seconds"] += rep.get("seconds", 0.0)
             g["full_capacity_calls"] += rep.get("full_capacity_calls", 0)
             g["tiny_after_large"] += rep.get("tiny_after_large_transitions", 0)
+            ran = 0
             for a in ALGORITHMS:
-                g["calls"][a] += rep.get("per_plan_algorithm", {}).get(a, 0)
+                n = rep.get("per_plan_algorithm", {}).get(a, 0)
+                g["calls"][a] += n
+                ran += n
+            mix = doc.get("token_mix", "engine")
+            g["calls_per_mix"][mix] = g["calls_per_mix"].get(mix, 0) + ran
     out = []
     for g in groups.values():
         target = TARGET_PROCESSES if g["transport"] != "threads" else TARGET_THREADS
@@ -160,10 +170,12 @@ def main(argv):
     for g in groups:
         calls = ", ".join(f"{a} {g['calls'][a]:,}" for a in ALGORITHMS)
         state = "MET" if g["met"] else "not met"
+        mixes = ", ".join(f"{m} {n:,}" for m, n in sorted(g["calls_per_mix"].items()))
         print(f"{g['library']}  world {g['world']} {g['transport']}, {g['coverage']}: {calls} "
               f"(target {g['target_per_algorithm']:,} each: {state}); {g['runs']} run(s), "
               f"{g['unclean_runs']} unclean, {g['seconds']:.0f} s, {g['full_capacity_calls']:,} full-capacity "
-              f"calls, {g['tiny_after_large']:,} tiny-after-large; commits {', '.join(g['commits'])}")
+              f"calls, {g['tiny_after_large']:,} tiny-after-large; calls by mix: {mixes or 'none'}; "
+              f"commits {', '.join(g['commits'])}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(groups, f, indent=2)

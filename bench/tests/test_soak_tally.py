@@ -12,8 +12,9 @@ import soak_tally as st  # noqa: E402
 
 def churn_doc(world=2, commit="aaaaaaa", calls=100, wrong=0, failure="none", processes=False, rank=-1,
               variant="release", command="churn --nranks 2", exit_code=0, replay="",
-              patterns=st.PATTERNS, hiddens=(128, 8192, 16384), full_capacity=5, tiny_after_large=3):
-    return {"tool": "arfusion-stress churn", "git_commit": commit, "world": world, "processes": processes,
+              patterns=st.PATTERNS, hiddens=(128, 8192, 16384), full_capacity=5, tiny_after_large=3,
+              mix=None):
+    doc = {"tool": "arfusion-stress churn", "git_commit": commit, "world": world, "processes": processes,
             "rank": rank, "library_variant": variant, "command_line": command, "exit_code": exit_code,
             "replay": replay, "setup_error": "",
             "repeats": [{"seconds": 10.0, "per_plan_algorithm": {a: calls for a in st.ALGORITHMS},
@@ -21,6 +22,9 @@ def churn_doc(world=2, commit="aaaaaaa", calls=100, wrong=0, failure="none", pro
                          "full_capacity_calls": full_capacity, "tiny_after_large_transitions": tiny_after_large,
                          "ranks": [{"wrong_elements": wrong, "failure": failure}] * world,
                          "cross_rank": {"error": "", "mismatched_calls": 0}}]}
+    if mix is not None:
+        doc["token_mix"] = mix
+    return doc
 
 
 class SoakTally(unittest.TestCase):
@@ -47,6 +51,13 @@ class SoakTally(unittest.TestCase):
         l1 = next(g for g in groups if g["library"] == "L1")
         self.assertEqual(l1["calls"]["twoshot"], 150)
         self.assertEqual(sorted(l1["commits"]), ["aaaaaaa", "bbbbbbb"])
+
+    def test_token_mixes_pool_with_the_calls_of_each_shown(self):
+        groups = self.run_tally([churn_doc(), churn_doc(mix="engine", calls=20), churn_doc(mix="volume", calls=50)])
+        self.assertEqual(len(groups), 1)
+        self.assertEqual(groups[0]["calls"]["twoshot"], 170)
+        per_algo = len(st.ALGORITHMS)
+        self.assertEqual(groups[0]["calls_per_mix"], {"engine": 120 * per_algo, "volume": 50 * per_algo})
 
     def test_unclean_runs_add_nothing(self):
         groups = self.run_tally([churn_doc(), churn_doc(wrong=3), churn_doc(failure="timeout"),
