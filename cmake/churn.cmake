@@ -65,10 +65,12 @@ if(ARF_BUILD_TESTS)
   # collective spinning for a mate can hold the SMs the mate's foreign kernel needs unless the
   # shared-device gate waits across processes too (without it: a stall at the first call).
   # Skipped (77) where there is no GPU or no MPS.
+  # An MPS server's clients share one pool of work queues: at 32 connections each (the soak's
+  # default), 4 clients failed to create their contexts (cudaSetDevice: out of memory); 8 each.
   foreach(n 2 4)
     arf_add_churn_test(churn_soak_ipc_mps_${n} bash ${CMAKE_CURRENT_SOURCE_DIR}/tests/gpu/with_private_mps.sh
       -- $<TARGET_FILE:arfusion-run> --timeout 600 -n ${n} --
-      $<TARGET_FILE:arfusion-stress> churn --calls 2000 --progress 10
+      $<TARGET_FILE:arfusion-stress> churn --calls 2000 --progress 10 --connections 8
       --hash-dir ${CMAKE_CURRENT_BINARY_DIR}/churn_soak_ipc_mps_${n}.hashes
       -J ${CMAKE_CURRENT_BINARY_DIR}/churn_soak_ipc_mps_${n}.json)
   endforeach()

@@ -105,7 +105,15 @@ std::string Session::setup(RunReport* report) {
   int min_sms = 0;
   std::string footprint;
   for (int d : std::set<int>(devices_.begin(), devices_.end())) {
-    if (cudaError_t e = cudaSetDevice(d); e != cudaSuccess) return cuda_failed("cudaSetDevice", e);
+    if (cudaError_t e = cudaSetDevice(d); e != cudaSuccess) {
+      // Seen with 4 processes on one GPU under MPS at CUDA_DEVICE_MAX_CONNECTIONS=32: an MPS
+      // server's clients share one pool of work queues, and a context that finds none left fails.
+      const char* hint = e == cudaErrorMemoryAllocation
+                             ? " (under MPS the clients of a GPU share one pool of work queues: fewer "
+                               "--connections, i.e. CUDA_DEVICE_MAX_CONNECTIONS, leave room for more clients)"
+                             : "";
+      return cuda_failed("cudaSetDevice", e) + hint;
+    }
     int sms = 0;
     if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d); e != cudaSuccess) {
       return cuda_failed("cudaDeviceGetAttribute", e);
