@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 
 # ---- the model: Llama-3-70B shapes ---------------------------------------------------------------
 
@@ -358,7 +359,7 @@ class TPPlan:
     tp: int
     gpus_used: int
     ranks_per_gpu: int
-    shared_gpu: bool          # ranks share a GPU (time-sliced)
+    shared_gpu: bool          # ranks share a GPU (time-sliced, or at once under MPS)
     baseline_allreduce: str   # "nccl" or "gloo_cpu_copy" (variant (a') on a shared GPU)
     gate_variants: list[str]
     timed_variants: list[str]
@@ -369,16 +370,33 @@ class TPPlan:
     prefill_tokens: list[int]
     max_tokens: int           # the arfusion communicator's capacity (largest call of the run)
     nccl_over_loopback: bool = False  # NCCL although ranks share a GPU (--nccl-shared-gpu)
+    sharing: str = ""         # how ranks share a GPU: "time-sliced", "MPS" (at once), "" (they don't)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def plan_tp(o: Options, tp: int, num_gpus: int) -> TPPlan:
-    """What one TP degree runs on a machine with num_gpus GPUs (rank r on GPU r % num_gpus)."""
+def mps_daemon_present(environ=os.environ) -> bool:
+    """Whether this job's CUDA processes would connect to an MPS control daemon (its pipe
+    directory: CUDA_MPS_PIPE_DIRECTORY, else the default /tmp/nvidia-mps)."""
+    pipe = environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps"
+    return os.path.exists(os.path.join(pipe, "control"))
+
+
+def sharing_words(sharing: str) -> str:
+    """Why shared-GPU times mean nothing, in the words of how the ranks share it."""
+    if sharing == "MPS":
+        return "run at once under MPS, contending for one GPU's SMs and memory"
+    return "time-sliced"
+
+
+def plan_tp(o: Options, tp: int, num_gpus: int, mps: bool = False) -> TPPlan:
+    """What one TP degree runs on a machine with num_gpus GPUs (rank r on GPU r % num_gpus);
+    mps: the rank processes run under an MPS daemon."""
     if num_gpus < 1:
         raise ValueError("no GPU")
     shared = num_gpus < tp
+    sharing = ("MPS" if mps else "time-sliced") if shared else ""
     gpus_used = min(tp, num_gpus)
     ranks_per_gpu = math.ceil(tp / gpus_used)
     nccl = not shared or o.nccl_shared_gpu
@@ -408,8 +426,8 @@ def plan_tp(o: Options, tp: int, num_gpus: int) -> TPPlan:
         timing_skipped = "gates only (--gates-only / --ctest)"
     elif shared and tp > 1 and not o.time_shared:
         timing_skipped = (f"{tp} ranks on {num_gpus} GPU(s): ranks share a GPU, times are "
-                          "time-sliced and meaningless; timing runs belong to a machine with one GPU "
-                          f"per rank (>= {tp} GPUs). --time-shared runs them anyway, flagged.")
+                          f"{sharing_words(sharing)} and meaningless; timing runs belong to a machine "
+                          f"with one GPU per rank (>= {tp} GPUs). --time-shared runs them anyway, flagged.")
     elif shared and tp > 1:
         time_sliced = True
     if not timed and timing_skipped is None:
@@ -421,11 +439,12 @@ def plan_tp(o: Options, tp: int, num_gpus: int) -> TPPlan:
                   baseline_allreduce="nccl" if nccl else "gloo_cpu_copy", gate_variants=gate,
                   timed_variants=timed if timing_skipped is None else [], skipped=skipped,
                   timing_skipped=timing_skipped, time_sliced=time_sliced, decode_batches=decode,
-                  prefill_tokens=prefill, max_tokens=max_tokens, nccl_over_loopback=shared and nccl)
+                  prefill_tokens=prefill, max_tokens=max_tokens, nccl_over_loopback=shared and nccl,
+                  sharing=sharing)
 
 
-def make_plan(o: Options, num_gpus: int) -> list[TPPlan]:
-    return [plan_tp(o, tp, num_gpus) for tp in o.tp]
+def make_plan(o: Options, num_gpus: int, mps: bool = False) -> list[TPPlan]:
+    return [plan_tp(o, tp, num_gpus, mps) for tp in o.tp]
 
 
 def options_to_json(o: Options) -> dict:

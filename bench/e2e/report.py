@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 
+from config import sharing_words
 from numerics import percentile
 
 SCHEMA_VERSION = 1
@@ -326,7 +327,8 @@ def format_text(doc: dict) -> str:
                    f"{' over loopback sockets (--nccl-shared-gpu)' if plan.get('nccl_over_loopback') else ''}"
                    f"; status {run['status']} ==")
         if plan.get("time_sliced"):
-            out.append("WARNING: ranks share a GPU: the times below are TIME-SLICED AND MEANINGLESS "
+            how = sharing_words(plan.get("sharing") or "time-sliced")
+            out.append(f"WARNING: ranks share a GPU ({how}): the times below are MEANINGLESS "
                        "(they exercise the code path only).")
         for e in run.get("errors", []):
             out.append(f"error: {e}")

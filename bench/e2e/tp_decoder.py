@@ -215,7 +215,7 @@ def main(argv: list[str]) -> int:
     import torch.multiprocessing as mp
 
     ngpu = torch.cuda.device_count()
-    plans = config.make_plan(opts, ngpu)
+    plans = config.make_plan(opts, ngpu, mps=config.mps_daemon_present())
     commit = _git_commit()
     out = _results_dir(opts, commit)
     env = environment(torch, arfusion)
@@ -223,12 +223,13 @@ def main(argv: list[str]) -> int:
           f"{ngpu} x {env['gpu_name']}, library {arfusion.library_path}", flush=True)
     print(f"results -> {out}", flush=True)
     for p in plans:
-        where = (f"{p.tp} ranks on {p.gpus_used} GPU(s)" + (" (SHARED: time-sliced)" if p.shared_gpu else ""))
+        where = (f"{p.tp} ranks on {p.gpus_used} GPU(s)"
+                 + (f" (SHARED: {config.sharing_words(p.sharing)})" if p.shared_gpu else ""))
         print(f"  TP {p.tp}: {where}; gates: {', '.join(p.gate_variants)}; timing: "
               + (p.timing_skipped or ", ".join(p.timed_variants)), flush=True)
         if p.time_sliced:
-            print(f"  WARNING: TP {p.tp} timing runs with ranks sharing a GPU: time-sliced, "
-                  "MEANINGLESS times (code path only).", flush=True)
+            print(f"  WARNING: TP {p.tp} timing runs with ranks sharing a GPU: "
+                  f"{config.sharing_words(p.sharing)}, MEANINGLESS times (code path only).", flush=True)
         for name, why in p.skipped.items():
             print(f"  TP {p.tp}: skipped {name}: {why}", flush=True)
     if not opts.for_the_record and not opts.gates_only:

@@ -202,6 +202,18 @@ class TestConfig(unittest.TestCase):
         self.assertFalse(one.time_sliced)
         self.assertIn("a", one.timed_variants)
 
+    def test_plan_names_how_ranks_share(self):
+        o = config.parse_args([])
+        self.assertEqual(config.plan_tp(o, 2, num_gpus=1).sharing, "time-sliced")
+        mps = config.plan_tp(o, 2, num_gpus=1, mps=True)
+        self.assertEqual(mps.sharing, "MPS")
+        self.assertIn("under MPS", mps.timing_skipped)
+        self.assertEqual(config.plan_tp(o, 2, num_gpus=2, mps=True).sharing, "")
+        with tempfile.TemporaryDirectory() as d:
+            self.assertFalse(config.mps_daemon_present({"CUDA_MPS_PIPE_DIRECTORY": d}))
+            open(os.path.join(d, "control"), "w").close()
+            self.assertTrue(config.mps_daemon_present({"CUDA_MPS_PIPE_DIRECTORY": d}))
+
     def test_plan_nccl_on_a_shared_gpu(self):
         p = config.plan_tp(config.parse_args(["--nccl-shared-gpu"]), 2, num_gpus=1)
         self.assertTrue(p.shared_gpu)
@@ -366,7 +378,9 @@ class TestReport(unittest.TestCase):
         doc["runs"][0]["plan"]["time_sliced"] = True
         text = report.format_text(doc)
         self.assertIn("a'", text)
-        self.assertIn("TIME-SLICED AND MEANINGLESS", text)
+        self.assertIn("(time-sliced): the times below are MEANINGLESS", text)
+        doc["runs"][0]["plan"]["sharing"] = "MPS"
+        self.assertIn("run at once under MPS", report.format_text(doc))
 
     def test_plot(self):
         try:
