@@ -13,8 +13,8 @@
 //
 // The volume mix (TokenMix::kVolume) keeps every kind of call but spends fewer bytes per call, so a
 // shared GPU soaks more calls per second (where ranks share a GPU, full-capacity calls, ~64 MiB per
-// rank at the default capacity, take most of the device time): of the ~15% full-capacity draws, 2% of all calls stay full capacity and
-// the rest become "full grid" calls (the fewest tokens at which the plan reaches its largest grid,
+// rank at the default capacity, take most of the device time): of the ~15% full-capacity draws,
+// 2% of all calls stay full capacity and the rest become "full grid" calls (the fewest tokens at which the plan reaches its largest grid,
 // at any hidden: every CTA busy, the per-CTA state of the whole grid in use); the large call after
 // a tiny one is full grid at the largest hidden, or 1 time in 4 what the engine mix draws; and a
 // call at full grid counts as large for starting a tiny-after-large pair. Grid transitions, the

@@ -48,13 +48,12 @@ std::string hash_dir_of(const ChurnOptions& o) {
 
 void print_boundaries(const BoundaryTable& t) {
   for (const auto& [key, points] : t.entries()) {
-    std::printf("%s/%s/hidden %lld:", pat_name(static_cast<Pat>(std::get<0>(key))),
-                arfAlgorithmName(static_cast<arfAlgorithm_t>(std::get<1>(key))),
-                static_cast<long long>(std::get<2>(key)));
-    for (int64_t p : points) std::printf(" %lld", static_cast<long long>(p));
     const auto pat = static_cast<Pat>(std::get<0>(key));
     const auto algo = static_cast<arfAlgorithm_t>(std::get<1>(key));
-    std::printf(" (full grid from %lld)\n", static_cast<long long>(t.full_grid_tokens(pat, algo, std::get<2>(key))));
+    const int64_t hidden = std::get<2>(key);
+    std::printf("%s/%s/hidden %lld:", pat_name(pat), arfAlgorithmName(algo), static_cast<long long>(hidden));
+    for (int64_t p : points) std::printf(" %lld", static_cast<long long>(p));
+    std::printf(" (full grid from %lld)\n", static_cast<long long>(t.full_grid_tokens(pat, algo, hidden)));
   }
 }
 
