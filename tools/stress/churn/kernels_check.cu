@@ -6,8 +6,8 @@
 // Layout: CTA b checks rows b, b+G, ... (flat/allreduce: a grid-stride over elements). Per row:
 // pass A (all-reduce, residual_out, sum of squares in double, y cached in dynamic shared memory
 // when the row fits), a block reduction, pass B (norm_out; FP8 per-tensor codes; per-token amax),
-// pass C (per-token codes, or per group/block: amax, scale rule, codes). Then a grid-stride over
-// the whole scale buffer (hash, padding == 0). Verdicts: per-CTA sums, device atomics, and the
+// pass C (per-token codes, or per group/block, one lane group of a warp per block: amax, scale
+// rule, codes). Then a grid-stride over the whole scale buffer (hash, padding == 0). Verdicts: per-CTA sums, device atomics, and the
 // last CTA publishes the rank's counters to the pinned mirror (counters.h).
 #include <cuda_runtime.h>
 
@@ -57,13 +57,24 @@ __device__ float absmax_acc(float acc, float x) {
   return a > acc ? a : acc;  // NaN ignored
 }
 
-// One group/block of a row of the FP8 per-group, NVFP4 and MXFP4 patterns.
-__device__ void check_block(Ctx& k, int64_t row, int64_t blk, int64_t elems, float gs) {
+// One group/block of a row of the FP8 per-group, NVFP4 and MXFP4 patterns, checked by `lanes`
+// consecutive threads of one warp (lanes = min(32, elems), a divisor of 32): thread `lane` reads
+// elements lane, lane + lanes, ... of the group (coalesced), the group's amax is a shuffle max
+// inside those lanes (max over non-NaN values: the same bits in any order), then one lane checks
+// the scale and every lane its own codes. `active` false: the lanes only join the shuffles (every
+// lane of the warp calls this the same number of times, so full-warp shuffles are safe).
+__device__ void check_block(Ctx& k, int64_t row, int64_t blk, bool active, int64_t elems, int lanes,
+                            int lane, float gs) {
   const DeviceCall& c = k.c;
   const int64_t cols = c.hidden / elems;
   const int64_t base_i = row * c.hidden + blk * elems;
   float amax = 0.0f;
-  for (int64_t e = 0; e < elems; ++e) amax = absmax_acc(amax, to_float(c.norm_out[base_i + e], k.dt));
+  if (active) {
+    for (int64_t e = lane; e < elems; e += lanes) amax = absmax_acc(amax, to_float(c.norm_out[base_i + e], k.dt));
+  }
+  for (int o = lanes / 2; o > 0; o >>= 1) amax = absmax_acc(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+  if (!active) return;
+  const bool first = lane == 0;
   const uint32_t p = c.pattern;
   float scale_div = 1.0f, mult = 1.0f;  // FP8: x = norm / scale_div; FP4: y = norm * mult
   if (p == static_cast<uint32_t>(Pat::kFp8Group)) {
@@ -73,26 +84,26 @@ __device__ void check_block(Ctx& k, int64_t row, int64_t blk, int64_t elems, flo
     if (fp32) {
       const float got = *reinterpret_cast<const float*>(c.scale_out + off);
       const float want = c.format == arfScaleFp32 ? rule : decode_ue8m0(ue8m0_ceil(rule));
-      if (f2u(got) != f2u(want)) k.bad(kOutScale, row, blk, f2u(got), f2u(want));
+      if (first && f2u(got) != f2u(want)) k.bad(kOutScale, row, blk, f2u(got), f2u(want));
       scale_div = got;
     } else {
       const uint8_t got = c.scale_out[off];
       const uint8_t want = ue8m0_ceil(rule);
-      if (got != want) k.bad(kOutScale, row, blk, got, want);
+      if (first && got != want) k.bad(kOutScale, row, blk, got, want);
       scale_div = decode_ue8m0(got);
     }
   } else if (p == static_cast<uint32_t>(Pat::kNvfp4)) {
     const uint8_t sf = c.scale_out[scale_offset(c.layout, false, row, blk, c.tokens, cols)];
-    if (!nvfp4_scale_ok(sf, amax, gs)) k.bad(kOutScale, row, blk, sf, f2u(mul_rn(div_rn(amax, 6.0f), gs)));
+    if (first && !nvfp4_scale_ok(sf, amax, gs)) k.bad(kOutScale, row, blk, sf, f2u(mul_rn(div_rn(amax, 6.0f), gs)));
     mult = nvfp4_multiplier(sf, gs);
   } else {  // MXFP4
     const uint8_t code = c.scale_out[scale_offset(c.layout, false, row, blk, c.tokens, cols)];
     const uint8_t want = mxfp4_scale_code(amax);
-    if (code != want) k.bad(kOutScale, row, blk, code, want);
+    if (first && code != want) k.bad(kOutScale, row, blk, code, want);
     mult = ue8m0_reciprocal(code);
   }
   const uint64_t qbase = output_base(c.call, kOutQuant);
-  for (int64_t e = 0; e < elems; ++e) {
+  for (int64_t e = lane; e < elems; e += lanes) {
     const int64_t i = base_i + e;
     const float x = to_float(c.norm_out[i], k.dt);
     if (p == static_cast<uint32_t>(Pat::kFp8Group)) {
@@ -205,8 +216,12 @@ __device__ void check_rows(Ctx& k, const uint64_t* in_base, float* ycache, bool 
       }
     } else if (p == static_cast<uint32_t>(Pat::kFp8Group) || nvfp4 || p == static_cast<uint32_t>(Pat::kMxfp4)) {
       const int64_t elems = p == static_cast<uint32_t>(Pat::kFp8Group) ? 128 : nvfp4 ? 16 : 32;
-      for (int64_t blk = threadIdx.x; blk < c.hidden / elems; blk += blockDim.x) {
-        check_block(k, row, blk, elems, scale_in);
+      const int lanes = elems < 32 ? static_cast<int>(elems) : 32;
+      const int groups = static_cast<int>(blockDim.x) / lanes;  // blockDim.x is a multiple of 32
+      const int group = static_cast<int>(threadIdx.x) / lanes, lane = static_cast<int>(threadIdx.x) % lanes;
+      for (int64_t first_blk = 0; first_blk < c.hidden / elems; first_blk += groups) {
+        const int64_t blk = first_blk + group;
+        check_block(k, row, blk, blk < c.hidden / elems, elems, lanes, lane, scale_in);
       }
     }
     __syncthreads();  // ycache is rewritten by the next row
