@@ -12,7 +12,8 @@ set(ARF_CHURN_DIR ${CMAKE_CURRENT_SOURCE_DIR}/tools/stress/churn)
 add_library(arfusion_churn_core OBJECT
   ${ARF_CHURN_DIR}/call_spec.cc ${ARF_CHURN_DIR}/schedule.cc ${ARF_CHURN_DIR}/options.cc
   ${ARF_CHURN_DIR}/replay_csv.cc ${ARF_CHURN_DIR}/stats.cc ${ARF_CHURN_DIR}/stop_control.cc
-  ${ARF_CHURN_DIR}/cross_rank.cc ${ARF_CHURN_DIR}/report.cc ${ARF_CHURN_DIR}/call_args.cc)
+  ${ARF_CHURN_DIR}/cross_rank.cc ${ARF_CHURN_DIR}/report.cc ${ARF_CHURN_DIR}/call_args.cc
+  ${ARF_CHURN_DIR}/segment_times.cc)
 target_include_directories(arfusion_churn_core PUBLIC ${ARF_CHURN_DIR}
   ${CMAKE_CURRENT_SOURCE_DIR}/include)
 target_link_libraries(arfusion_churn_core PUBLIC CLI11::CLI11 nlohmann_json::nlohmann_json
@@ -38,7 +39,7 @@ set(ARF_CHURN_TEST_SOURCES
   ${ARF_CHURN_DIR}/test_numerics.cc ${ARF_CHURN_DIR}/test_quant_rules.cc
   ${ARF_CHURN_DIR}/test_schedule.cc ${ARF_CHURN_DIR}/test_options.cc
   ${ARF_CHURN_DIR}/test_replay_csv.cc ${ARF_CHURN_DIR}/test_cross_rank.cc
-  ${ARF_CHURN_DIR}/test_call_args.cc)
+  ${ARF_CHURN_DIR}/test_call_args.cc ${ARF_CHURN_DIR}/test_segment_times.cc)
 set(ARF_CHURN_TEST_DEFINITIONS
   ARF_CHURN_REPRO_CSV="${CMAKE_CURRENT_SOURCE_DIR}/tests/data/lamport-stall-world2.csv")
 

@@ -38,6 +38,7 @@ RankBuffers::~RankBuffers() {
   if (stream == nullptr && device_allocations_.empty() && mirror_host == nullptr) return;
   cudaSetDevice(device);
   for (cudaEvent_t e : events) cudaEventDestroy(e);
+  for (cudaEvent_t e : segment_events) cudaEventDestroy(e);
   for (void* p : device_allocations_) cudaFree(p);
   if (mirror_host != nullptr) cudaFreeHost(mirror_host);
   if (stream != nullptr) cudaStreamDestroy(stream);
@@ -52,9 +53,11 @@ std::string RankBuffers::allocate(int dev, const BufferSizes& s) {
     return failed("cudaStreamCreateWithFlags", e);
   }
   events.resize(static_cast<size_t>(s.in_flight), nullptr);
-  for (cudaEvent_t& ev : events) {
-    if ((e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) != cudaSuccess) {
-      return failed("cudaEventCreateWithFlags", e);
+  segment_events.resize(s.time_segments ? static_cast<size_t>(s.in_flight) * kSegments : 0, nullptr);
+  const unsigned flags = s.time_segments ? cudaEventDefault : cudaEventDisableTiming;
+  for (std::vector<cudaEvent_t>* ring : {&events, &segment_events}) {
+    for (cudaEvent_t& ev : *ring) {
+      if ((e = cudaEventCreateWithFlags(&ev, flags)) != cudaSuccess) return failed("cudaEventCreateWithFlags", e);
     }
   }
   const size_t elems = static_cast<size_t>(s.max_tokens) * static_cast<size_t>(s.max_hidden);

@@ -15,6 +15,7 @@
 
 #include "arfusion/arfusion.h"
 #include "counters.h"
+#include "segment_times.h"
 
 namespace arf::churn {
 
@@ -24,6 +25,7 @@ struct BufferSizes {
   int64_t scale_bytes = 0;  // largest arfScaleBufferBytes of any call the soak can issue
   uint64_t table_calls = 1;
   int in_flight = 1;
+  bool time_segments = false;  // timing events (segment_events) and timing on `events`
 };
 
 // The largest scale buffer any (pattern, layout, format) of these hiddens needs at max_tokens.
@@ -46,6 +48,9 @@ class RankBuffers {
   int device = 0;
   cudaStream_t stream = nullptr;
   std::vector<cudaEvent_t> events;  // ring of in_flight events, one per call in flight
+  // With time_segments: kSegments events per ring slot, recorded before generate, call, overwrite
+  // and check (segment_times.h); the slot's `events` entry closes the check.
+  std::vector<cudaEvent_t> segment_events;
   uint16_t* input = nullptr;
   uint16_t* residual_in = nullptr;
   uint16_t* residual_out = nullptr;

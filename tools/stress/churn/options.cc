@@ -196,6 +196,9 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--connections", o.connections, "force CUDA_DEVICE_MAX_CONNECTIONS (default: 32 "
                  "unless already set)")->check(CLI::Range(1, 32));
+  app.add_flag("--time-segments", o.time_segments,
+               "report where the rank streams spend their time (generate, call, overwrite, check "
+               "per pattern; CUDA events with timing)");
   app.add_option("--timeout", o.timeout_seconds, "arfCommConfig_t.timeout_seconds")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--verify-calls", o.verify_calls, "arfCommConfig_t.verify_calls = 1");

@@ -87,6 +87,7 @@ class Loop {
       c.index = k_;
       cudaEvent_t ev = b_.events[k_ % depth];
       if (k_ >= depth && !cuda_ok(cudaEventSynchronize(ev), "cudaEventSynchronize")) break;
+      if (k_ >= depth) collect_segments(k_ % depth);
       host_skew(o_.seed, k_, static_cast<uint32_t>(job_.rank), o_.host_skew_us);
       if (!issue(c, ev)) break;
       if (c.wait_after || depth == 1) {
@@ -99,7 +100,9 @@ class Loop {
       if (k_ % static_cast<uint64_t>(o_.poll_every) == 0 && !healthy()) break;
     }
     out_->issued = k_;
-    cuda_ok(cudaStreamSynchronize(b_.stream), "cudaStreamSynchronize");
+    if (cuda_ok(cudaStreamSynchronize(b_.stream), "cudaStreamSynchronize")) {
+      for (uint64_t k = k_ > depth ? k_ - depth : 0; k < k_; ++k) collect_segments(k % depth);
+    }
     healthy();
   }
 
@@ -121,7 +124,10 @@ class Loop {
     d.table_calls = b_.sizes.table_calls;
     d.counters = b_.counters;
     d.mirror = b_.mirror_device;
+    const size_t slot = static_cast<size_t>(k_ % static_cast<uint64_t>(o_.in_flight));
+    if (!mark(slot, kSegGenerate)) return false;
     if (!cuda_ok(launch_generate(d, job_.shape, b_.stream), "generate kernel launch")) return false;
+    if (!mark(slot, kSegCall)) return false;
     arfStatus_t st;
     if (c.pattern == Pat::kFlat) {
       const FlatArgs f = flat_args(c, t);
@@ -138,9 +144,33 @@ class Loop {
                arfGetStatusString(st) + ": " + why);
       return false;
     }
+    if (!mark(slot, kSegOverwrite)) return false;
     if (!cuda_ok(launch_overwrite(d, job_.shape, b_.stream), "overwrite kernel launch")) return false;
+    if (!mark(slot, kSegCheck)) return false;
     if (!cuda_ok(launch_check(d, job_.shape, job_.sm_count, b_.stream), "check kernel launch")) return false;
+    if (!b_.segment_events.empty()) slot_pattern_[slot] = pat_name(c.pattern);
     return cuda_ok(cudaEventRecord(ev, b_.stream), "cudaEventRecord");
+  }
+
+  // --time-segments: the event that starts `segment` of the call in ring slot `slot`.
+  bool mark(size_t slot, int segment) {
+    if (b_.segment_events.empty()) return true;
+    return cuda_ok(cudaEventRecord(b_.segment_events[slot * kSegments + static_cast<size_t>(segment)], b_.stream),
+                   "cudaEventRecord(segment)");
+  }
+
+  // The pieces of the call last issued in `slot`, once its closing event completed.
+  void collect_segments(size_t slot) {
+    if (b_.segment_events.empty() || slot_pattern_[slot].empty()) return;
+    float ms[kSegments];
+    for (int s = 0; s < kSegments; ++s) {
+      cudaEvent_t from = b_.segment_events[slot * kSegments + static_cast<size_t>(s)];
+      cudaEvent_t to = s + 1 < kSegments ? b_.segment_events[slot * kSegments + static_cast<size_t>(s) + 1]
+                                         : b_.events[slot];
+      if (!cuda_ok(cudaEventElapsedTime(&ms[s], from, to), "cudaEventElapsedTime")) return;
+    }
+    record_segments(&out_->segments, slot_pattern_[slot], ms);
+    slot_pattern_[slot].clear();
   }
 
   // false (and every rank asked to stop) once the communicator reports an asynchronous error.
@@ -189,6 +219,7 @@ class Loop {
   TensorSet tensors_;
   PlanOracle oracle_;
   uint64_t k_ = 0;  // issued calls = the library's call index of the next call
+  std::vector<std::string> slot_pattern_ = std::vector<std::string>(static_cast<size_t>(o_.in_flight));
 };
 
 }  // namespace

@@ -45,6 +45,7 @@ struct RankOutcome {
   arfStatus_t status = arfSuccess;
   std::string message;
   uint64_t first_lost = UINT64_MAX;  // arfCommGetFirstLostCall, re-read after the drain
+  SegmentTable segments;             // --time-segments: this rank's stream time per piece
 };
 
 // The oracle of a communicator: arfPlanShape (pure, rank-symmetric).

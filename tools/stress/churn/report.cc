@@ -123,6 +123,14 @@ nlohmann::json repeat_json(const RepeatReport& r) {
                      {"first_slot", r.cross.first_slot}, {"first_rank", r.cross.first_rank},
                      {"folded", r.cross.folded}, {"done_here", r.cross_done}, {"error", r.cross.error}};
   j["stop_reason"] = r.stop_reason;
+  if (!r.segments.empty()) {
+    nlohmann::json seg = nlohmann::json::object();
+    for (const auto& [pattern, t] : r.segments) {
+      seg[pattern] = {{"calls", t.calls}, {"generate_ms", t.ms[kSegGenerate]}, {"call_ms", t.ms[kSegCall]},
+                      {"overwrite_ms", t.ms[kSegOverwrite]}, {"check_ms", t.ms[kSegCheck]}};
+    }
+    j["segments"] = seg;
+  }
   j["verdict"] = repeat_line(r);
   return j;
 }
@@ -213,6 +221,10 @@ void print_report(const ChurnOptions& o, const RunReport& r) {
     if (rep.cross_done) {
       std::printf("#   cross-rank: %" PRIu64 " calls compared, %" PRIu64 " differ%s\n", rep.cross.compared,
                   rep.cross.mismatched, rep.cross.folded ? " (folded slots)" : "");
+    }
+    if (!rep.segments.empty()) {
+      std::printf("#   stream time per call and rank (--time-segments; each piece includes its waits):\n");
+      for (const std::string& line : segment_lines(rep.segments)) std::printf("#     %s\n", line.c_str());
     }
     if (s.plan_mismatch_recorded > 0) {
       std::printf("#   WARNING: %" PRIu64 " replayed calls planned a grid/block other than recorded\n",

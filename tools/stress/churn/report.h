@@ -14,6 +14,7 @@
 #include "counters.h"
 #include "cross_rank.h"
 #include "options.h"
+#include "segment_times.h"
 #include "rank_loop.h"
 #include "stats.h"
 
@@ -42,6 +43,7 @@ struct RepeatReport {
   CrossRankResult cross;
   bool cross_done = false;   // compared here (in one process, or rank 0 of a process job)
   std::string stop_reason;
+  SegmentTable segments;     // --time-segments: every local rank's stream time per piece
 };
 
 struct RunReport {

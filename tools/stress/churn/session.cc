@@ -99,6 +99,7 @@ std::string Session::setup(RunReport* report) {
   sizes.scale_bytes = largest_scale_bytes(o_.max_tokens, hiddens);
   sizes.table_calls = std::max<uint64_t>(1, o_.table_calls);
   sizes.in_flight = o_.in_flight;
+  sizes.time_segments = o_.time_segments;
   shape_.block = o_.foreign_block;
   shape_.smem_bytes = o_.foreign_smem_kb * 1024;
   int min_sms = 0;
@@ -291,6 +292,7 @@ std::string Session::run_repeat(int repeat, RunReport* report) {
     k.first_lost = outcomes[i].first_lost;
     k.input_in_buffer = outcomes[i].input_in_buffer;
     rep.ranks.push_back(k);
+    for (const auto& [pattern, times] : outcomes[i].segments) rep.segments[pattern].merge(times);
   }
   if (!o_.processes()) {
     rep.cross = compare_tables(tables, issued_max, limit);
