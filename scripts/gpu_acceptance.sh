@@ -24,8 +24,8 @@
 #             as 2 processes over ipc (ARF_VOLUME_MPS=1: under a private MPS daemon, ~8x the calls/s
 #             of time-slicing); ARF_VOLUME_SECONDS_N overrides the seconds of world N; token mix
 #             ARF_VOLUME_MIX (default volume: fewer bytes per call, the same kinds of call; engine:
-#             the soak's default); ARF_VOLUME_CONCURRENT=1: the worlds' soaks at once under a
-#             private MPS daemon (16 connections each); scripts/soak_tally.py pools the JSONs
+#             the soak's default); the worlds one after another (never two communicators'
+#             collectives at once on one GPU); scripts/soak_tally.py pools the JSONs
 #   soak_factors  the churn soak at 8 virtual ranks, ARF_FACTOR_SECONDS (default 10) each, as
 #             configured and with one factor changed (token mix, skew, calls in flight, foreign-kernel size,
 #             capacity, hidden, reference check, one pattern or algorithm only): calls/s of each,
@@ -70,7 +70,6 @@
 #   perf      world-1 epilogues against torch.compile (bench_world1.sh, bench_world1_quant.sh)
 #   build     configure and build ./build here (a snapshot from scripts/snapshot_for_device.sh)
 set -uo pipefail
-self=$(readlink -f "$0")  # the volume stage runs itself again under MPS
 cd "$(dirname "$0")/.."
 out=${OUT:-acceptance_out}
 mkdir -p "$out/log"
@@ -162,42 +161,27 @@ for stage in "$@"; do
       gpus=${ARF_VOLUME_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
       [[ $gpus -ge 1 ]] || gpus=1
       mix=${ARF_VOLUME_MIX:-volume}
-      # ARF_VOLUME_CONCURRENT=1: every world's soak at once on each GPU, under one private MPS
-      # daemon (this stage again, inside it), so small calls of one world fill SMs another leaves
-      # idle; each process gets 16 connections (an MPS server's clients share one pool of work
-      # queues: 4 clients at 32 failed to start). The other soaks are then foreign work too.
-      concurrent=${ARF_VOLUME_CONCURRENT:-0}
-      if [[ $concurrent == 1 ]]; then
-        OUT=$out ARF_SOAK_SEED=$seed ARF_VOLUME_CONCURRENT=inner ARF_VOLUME_IPC_CALLS=0 \
-          "${under_mps[@]}" bash "$self" volume
-        worlds=
-      else
-        worlds=${ARF_VOLUME_WORLDS-2 4 8}  # set and empty: none
-      fi
-      conn=(); [[ $concurrent == inner ]] && conn=(--connections 16)
+      # The worlds run one after another: two worlds' soaks at once on one GPU (tried under one
+      # MPS daemon) are two communicators with collectives in flight on the same SMs, which the
+      # header forbids; on the H200 the 4- and 8-rank worlds then stalled within 30 s.
+      worlds=${ARF_VOLUME_WORLDS-2 4 8}  # set and empty: none
       runs=()  # pid:world:gpu of the soaks not yet waited for
       for n in $worlds; do
         per_world=ARF_VOLUME_SECONDS_$n
         for ((g = 0; g < gpus; g++)); do
           s=$((seed + g + 100 * n)); j="$out/log/churn_volume_${n}_seed$s"
           CUDA_VISIBLE_DEVICES=$g ./build/arfusion-stress churn --nranks "$n" \
-            --seconds "${!per_world:-${ARF_VOLUME_SECONDS:-120}}" --mix "$mix" "${conn[@]}" \
+            --seconds "${!per_world:-${ARF_VOLUME_SECONDS:-120}}" --mix "$mix" \
             --progress 0 --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed "$s" \
             -J "$j.json" > "$j.txt" 2>&1 &
           runs+=("$!:$n:$g:$s")
         done
-        [[ $concurrent == inner ]] && continue  # the next world starts at once
         for r in "${runs[@]}"; do
           IFS=: read -r pid rn rg rs <<< "$r"
           wait "$pid"; echo "volume $rn ranks, GPU $rg (seed $rs): exit $?"
           tail -2 "$out/log/churn_volume_${rn}_seed$rs.txt"
         done
         runs=()
-      done
-      for r in "${runs[@]}"; do
-        IFS=: read -r pid rn rg rs <<< "$r"
-        wait "$pid"; echo "volume $rn ranks at once with the other worlds, GPU $rg (seed $rs): exit $?"
-        tail -2 "$out/log/churn_volume_${rn}_seed$rs.txt"
       done
       # Two processes on one GPU over the ipc transport (a calls budget: processes stop together),
       # time-sliced, or with ARF_VOLUME_MPS=1 under a private MPS daemon (their kernels at once).

@@ -26,9 +26,9 @@ land there.
 
 Both token mixes (`token_mix`: engine, or volume: fewer bytes per call, the same kinds of call;
 files from before the option are engine) pool together, with the calls of each shown: the
-full-capacity and tiny-after-large counts say what the pooled calls covered. Virtual-rank runs
-under MPS (gpu_acceptance.sh volume with ARF_VOLUME_CONCURRENT=1: the worlds' soaks at once, each
-the others' foreign work) pool with the other virtual-rank runs.
+full-capacity and tiny-after-large counts say what the pooled calls covered. Only `churn*.json`
+files count: runs kept for the record that broke the header's usage rules (e.g. two worlds' soaks
+at once on one GPU, `rule_break_*`) are not soak volume.
 """
 import argparse
 import json
