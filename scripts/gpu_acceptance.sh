@@ -43,7 +43,8 @@
 #             against ARF_CANDIDATE_BASE (a DIR the same way, default ./build's library; with
 #             candidates built as arfusion_diag, give main's arfusion_diag here: same kernel set).
 #             The plain all-reduce (16 KiB-16 MiB) and the fused sweep (hidden 8192, 1-2048 tokens)
-#             at 2, 4, 8 virtual ranks, base and every candidate in turn, 2 rounds (-n 100 -G 3 -R 3);
+#             at 2, 4, 8 virtual ranks, base, an A/A copy of base (ARF_CANDIDATE_AA, default 1) and
+#             every candidate in turn, 2 rounds (-n 100 -G 3 -R 3);
 #             then, with ARF_CANDIDATE_TESTS=1 (full libraries only), each candidate's GPU suite and
 #             churn soak at 2 and 8 virtual ranks
 #   policy    what auto should pick where ranks share a GPU: the plain all-reduce (16 KiB-64 MiB) and
@@ -244,11 +245,19 @@ for stage in "$@"; do
     candidate)
       [[ -n ${ARF_CANDIDATES:-} ]] || { echo "candidate: set ARF_CANDIDATES=\"NAME=DIR ...\""; continue; }
       names=(base); dirs=("${ARF_CANDIDATE_BASE:-}")
+      # A/A control (ARF_CANDIDATE_AA=0: none): the base library again, copied to a directory of
+      # its own, so the table shows what a second library file with the same code moves by
+      # itself (two libraries with byte-identical oneshot_pull kernels once differed by 2.5 µs).
+      if [[ ${ARF_CANDIDATE_AA:-1} == 1 ]]; then
+        aa=$out/aa_base_copy; mkdir -p "$aa"
+        cp "${ARF_CANDIDATE_BASE:-./build}/libarfusion.so" "$aa/" && { names+=(base_copy); dirs+=("$aa"); }
+      fi
       for c in $ARF_CANDIDATES; do names+=("${c%%=*}"); dirs+=("${c#*=}"); done
       ab_rounds ab "allreduce fused" oneshot_lamport,oneshot_pull,twoshot,auto
       [[ ${ARF_CANDIDATE_TESTS:-0} == 1 ]] || continue
       for ((i = 1; i < ${#names[@]}; i++)); do
         name=${names[$i]}; lp=${dirs[$i]}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        [[ $name == base_copy ]] && continue  # the base's code: nothing new to test
         LD_LIBRARY_PATH=$lp timeout 400 ./build/arfusion_gpu_tests > "$out/log/${name}_gpu_tests.txt" 2>&1
         echo "$name gpu tests: exit $?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests ran" "$out/log/${name}_gpu_tests.txt" | tail -12
         for n in 2 8; do
