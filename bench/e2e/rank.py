@@ -121,11 +121,9 @@ def rank_entry(rank: int, world: int, port: int, payload_json: str, out_dir: str
         init = f"tcp://127.0.0.1:{port}"
         timeout = datetime.timedelta(seconds=max(900.0, 3 * opts.arf_timeout))
         if nccl and plan.nccl_over_loopback:
-            # NCCL refuses two ranks of one host on one GPU; a host of its own per rank makes it
-            # join them over loopback sockets (before NCCL's first use in this process).
-            os.environ.update({"NCCL_HOSTID": f"arfusion-e2e-{os.getppid()}-rank{rank}",
-                               "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo",
-                               "NCCL_NVLS_ENABLE": "0"})
+            # Ranks sharing the GPU join NCCL over loopback (before NCCL's first use here).
+            from arfusion.shared_gpu import nccl_env_for_ranks_on_one_gpu
+            os.environ.update(nccl_env_for_ranks_on_one_gpu(f"arfusion-e2e-{os.getppid()}", rank))
         if nccl:
             dist.init_process_group("nccl", init_method=init, rank=rank, world_size=world,
                                     timeout=timeout, device_id=device)

@@ -615,11 +615,9 @@ def creation(ctx):
 
         saved_env = {}
         if torch.cuda.device_count() < ctx.world:
-            # NCCL refuses two ranks of one host on one GPU ("Duplicate GPU"): each rank names
-            # itself a host of its own and NCCL joins them over loopback sockets. A test device
-            # only; arfusion still finds the ranks on one GPU and uses its ipc transport.
-            env = {"NCCL_HOSTID": f"arfusion-test-{os.getppid()}-rank{ctx.rank}",
-                   "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "lo", "NCCL_NVLS_ENABLE": "0"}
+            # Ranks sharing the GPU join NCCL over loopback (arfusion.shared_gpu says why).
+            from arfusion.shared_gpu import nccl_env_for_ranks_on_one_gpu
+            env = nccl_env_for_ranks_on_one_gpu(f"arfusion-test-{os.getppid()}", ctx.rank)
             saved_env = {k: os.environ.get(k) for k in env}
             os.environ.update(env)
         pg = dist.new_group(backend="nccl")
