@@ -31,10 +31,10 @@
 #             capacity, hidden, reference check, one pattern or algorithm only): calls/s of each,
 #             to find where its time goes (factor_*, not counted as volume)
 #   reference the churn soak's verification split (--reference): at 8 and 2 virtual ranks, the same
-#             seed for 12 s with every rank recomputing the expected outputs and with one rank per
-#             call (the others compared by hash): calls/s of each; then two negative-control
-#             libraries under the default (rotate) must still be caught (ARF_REFERENCE_RATES=0:
-#             only those)
+#             seed for 12 s with every rank recomputing the expected outputs, with one rank per
+#             call (rotate) and with the rows spread over the ranks (split; the others compared
+#             by hash): calls/s of each; then two negative-control libraries under rotate and
+#             split must still be caught (ARF_REFERENCE_RATES=0: only those)
 #   gate_cost the plain all-reduce at 2, 4, 8 virtual ranks, 16 KiB-1 MiB, with and without the
 #             shared-device gate (its negative-control library in place of libarfusion.so), alternating
 #             (gate_cost_allreduce_N_{release,no_gate}.ROUND.*; the 2e69952 run named them gate_cost_N_LIB.ROUND)
@@ -217,7 +217,7 @@ for stage in "$@"; do
     reference)
       # ARF_REFERENCE_RATES=0: the negative controls only
       [[ ${ARF_REFERENCE_RATES:-1} == 0 ]] || for n in 8 2; do
-        for ref in all rotate; do
+        for ref in all rotate split; do
           timeout 60 ./build/arfusion-stress churn --nranks "$n" --seconds 12 --progress 0 --verify-calls \
             --reference "$ref" --seed 7 -J "$out/log/reference_${n}_$ref.json" > "$out/log/reference_${n}_$ref.txt" 2>&1
           echo "churn $n ranks, reference $ref: exit $?: $(grep 'calls/s' "$out/log/reference_${n}_$ref.txt")"
@@ -225,15 +225,17 @@ for stage in "$@"; do
       done
       # The diagnostic libraries carry the unquantized bf16 kernels only; each control forces the
       # algorithm whose rule it breaks.
-      for v in no_end_barrier:oneshot_pull no_lamport_clear:oneshot_lamport; do
-        a=${v#*:}; v=${v%%:*}
-        timeout 90 "./build/arfusion-stress-$v" churn --expect-failure --nranks 4 --seconds 20 --timeout 2 \
-          --patterns allreduce,flat,residual_rmsnorm -a "$a" --progress 0 \
-          -J "$out/log/reference_nc_$v.json" > "$out/log/reference_nc_$v.txt" 2>&1
-        echo "negative control $v under rotate: exit $? (0 = caught)"; grep -E "^repeat|cross-rank" "$out/log/reference_nc_$v.txt" | tail -3
-        # Caught by the check (wrong elements, cross-rank differences) or only by an expired wait:
-        python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["repeats"][0]; print("  wrong elements", r["wrong_elements"], "before the first lost call", r["wrong_before_first_lost_call"], "cross-rank", r["cross_rank"])' \
-          "$out/log/reference_nc_$v.json" 2>/dev/null
+      for ref in rotate split; do
+        for v in no_end_barrier:oneshot_pull no_lamport_clear:oneshot_lamport; do
+          a=${v#*:}; v=${v%%:*}; j="$out/log/reference_nc_${v}_$ref"
+          timeout 90 "./build/arfusion-stress-$v" churn --expect-failure --nranks 4 --seconds 20 --timeout 2 \
+            --patterns allreduce,flat,residual_rmsnorm -a "$a" --reference "$ref" --progress 0 \
+            -J "$j.json" > "$j.txt" 2>&1
+          echo "negative control $v under $ref: exit $? (0 = caught)"; grep -E "^repeat|cross-rank" "$j.txt" | tail -3
+          # Caught by the check (wrong elements, cross-rank differences) or only by an expired wait:
+          python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["repeats"][0]; print("  wrong elements", r["wrong_elements"], "before the first lost call", r["wrong_before_first_lost_call"], "cross-rank", r["cross_rank"])' \
+            "$j.json" 2>/dev/null
+        done
       done ;;
     gate_cost)
       # What the shared-device gate costs ranks sharing a GPU: the plain all-reduce with the

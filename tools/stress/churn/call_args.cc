@@ -39,9 +39,12 @@ bool input_in_buffer(const CallSpec& c, uint64_t seed, uint32_t rank, int percen
   return static_cast<int>(h % 100) < percent;
 }
 
-bool reference_rank_checks(const CallSpec& c, const RunConstants& k, uint32_t rank, uint32_t world) {
-  if (k.reference_every_rank || !c.comparable_across_ranks() || world <= 1) return true;
-  return c.index % world == rank;
+ReferenceUnits reference_units(const CallSpec& c, const RunConstants& k, uint32_t rank, uint32_t world) {
+  if (k.reference == ReferenceMode::kAll || !c.comparable_across_ranks() || world <= 1) return {1, 0};
+  if (k.reference == ReferenceMode::kRotate) return c.index % world == rank ? ReferenceUnits{1, 0} : ReferenceUnits{0, 0};
+  // split: unit j on rank (j + call) % world, i.e. j % world == (rank - call) mod world
+  const uint32_t shift = static_cast<uint32_t>(c.index % world);
+  return {world, (rank + world - shift) % world};
 }
 
 DeviceCall device_call(const CallSpec& c, const RunConstants& k, uint32_t rank, uint32_t world,
@@ -58,7 +61,9 @@ DeviceCall device_call(const CallSpec& c, const RunConstants& k, uint32_t rank, 
   d.hidden = c.hidden;
   d.count = c.elements();
   d.comparable = c.comparable_across_ranks() ? 1 : 0;
-  d.reference = reference_rank_checks(c, k, rank, world) ? 1 : 0;
+  const ReferenceUnits ref = reference_units(c, k, rank, world);
+  d.ref_stride = ref.stride;
+  d.ref_phase = ref.phase;
   d.input = t.input;
   if (c.pattern == Pat::kAllReduce || c.pattern == Pat::kFlat) {
     const FlatArgs f = flat_args(c, t);

@@ -10,7 +10,8 @@
 //    checked), quant_out, scale_out when the pattern writes scales, scale_in when it reads one;
 //  - an input buffer that is also an output of the call is never overwritten with garbage
 //    (input_is_output, residual_is_output); gamma and scale_in always are;
-//  - reference: whether this rank recomputes the call's expected outputs (reference_rank_checks).
+//  - reference: which of the call's rows this rank recomputes the expected outputs of
+//    (reference_units).
 #pragma once
 
 #include <cstdint>
@@ -48,18 +49,27 @@ struct RunConstants {
   uint64_t seed = 1;
   uint32_t skew_us = 0;
   arfDataType_t dtype = arfBFloat16;
-  bool reference_every_rank = false;  // --reference all
+  ReferenceMode reference = ReferenceMode::kRotate;  // --reference
 };
 
-// Whether `rank` recomputes the expected outputs of call `c` from every rank's inputs (the check
-// kernel's costly part: world hashes per element). A call whose outputs must match across ranks
-// is recomputed on ONE rank, call index % world (so every rank takes its turn and each sees every
-// pattern and shape); the other ranks only hash their outputs, and the cross-rank comparison of
-// the hashes (cross_rank.h) proves them bitwise equal to the checked ones. Calls with per-rank
-// residual/gamma (outputs differ by rank), and every call under --reference all, are recomputed
-// on every rank. Cheap checks that read only the rank's own outputs (quantization codes and scales
-// against its norm_out, scale padding) run on every rank regardless.
-bool reference_rank_checks(const CallSpec& c, const RunConstants& k, uint32_t rank, uint32_t world);
+// Which units of call `c` (rows; flat/allreduce: chunks of kFlatReferenceChunk elements, kernels.h)
+// `rank` recomputes the expected outputs of from every rank's inputs (the check kernel's costly
+// part: world hashes per element): unit j when j % stride == phase (stride 0: none). A call whose
+// outputs must match across ranks is recomputed once in all: under rotate wholly on rank
+// call % world (each rank takes its turn and sees every pattern and shape), under split unit j on
+// rank (j + call) % world (the cost spread over the ranks, so no rank's check trails the others';
+// a call's first rows start on a different rank each call). Every rank hashes all its outputs, and
+// the cross-rank comparison of the hashes (cross_rank.h) proves them bitwise equal to the checked
+// ones. Calls with per-rank residual/gamma (outputs differ by rank), and every call under
+// --reference all, are recomputed wholly on every rank. Cheap checks that read only the rank's own
+// outputs (quantization codes and scales against its norm_out, scale padding) run on every rank
+// regardless.
+struct ReferenceUnits {
+  uint32_t stride = 1;
+  uint32_t phase = 0;
+  bool covers(int64_t unit) const { return stride != 0 && static_cast<uint64_t>(unit) % stride == phase; }
+};
+ReferenceUnits reference_units(const CallSpec& c, const RunConstants& k, uint32_t rank, uint32_t world);
 
 // Whether `rank` passes call `c`'s input in its communicator's input buffer (arfCommGetInputBuffer)
 // instead of its own input tensor: a draw per (call, rank) from the seed, true for about `percent`

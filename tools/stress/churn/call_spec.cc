@@ -56,6 +56,15 @@ bool pat_has_scale_out(Pat p) { return pat_is_quant(p) && p != Pat::kFp8Tensor; 
 
 const char* token_kind_name(TokenKind k) { return kTokenKindNames[static_cast<int>(k)]; }
 
+const char* reference_mode_name(ReferenceMode m) {
+  switch (m) {
+    case ReferenceMode::kRotate: return "rotate";
+    case ReferenceMode::kSplit: return "split";
+    case ReferenceMode::kAll: return "all";
+  }
+  return "?";
+}
+
 arfFusedArgs_t shape_args(const CallSpec& c, arfDataType_t dtype) {
   arfFusedArgs_t a;
   arfFusedArgsInit(&a);

@@ -57,6 +57,11 @@ enum class TokenKind : uint8_t {
 inline constexpr int kNumTokenKinds = 8;
 const char* token_kind_name(TokenKind k);
 
+// Who recomputes a call's expected outputs (call_args.h reference_units): one rank per call in
+// turn (rotate), every rank its share of the rows (split), or every rank everything (all).
+enum class ReferenceMode : uint8_t { kRotate, kSplit, kAll };
+const char* reference_mode_name(ReferenceMode m);  // "rotate", "split", "all"
+
 struct CallSpec {
   uint64_t index = 0;     // call number in the schedule (skipped calls included)
   Pat pattern = Pat::kResidualRmsNorm;

@@ -6,9 +6,9 @@
 //  - overwrite: garbage into every input buffer that is not also an output of the call (a reader
 //    that is late, i.e. a protocol slip, then sees garbage);
 //  - check: recomputes every expected output from the hash (every rank's inputs), counts wrong
-//    elements, records the first, adds the call's output hash to the table (counters.h); on a
-//    rank that is not the call's reference rank (call_args.h) it only hashes the outputs and runs
-//    the checks that need no other rank's data.
+//    elements, records the first, adds the call's output hash to the table (counters.h); for the
+//    rows (chunks) this rank does not recompute (call_args.h reference_units) it only hashes the
+//    outputs and runs the checks that need no other rank's data.
 // All three can have a LARGE per-CTA footprint (block threads and dynamic shared memory from
 // --foreign-block / --foreign-smem-kb): with ranks sharing a GPU, such a CTA may not fit on an SM
 // beside a collective's CTAs, which is the co-scheduling hazard the soak exists to exercise.
@@ -21,6 +21,7 @@
 #include <string>
 
 #include "counters.h"
+#include "hd.h"
 
 namespace arf::churn {
 
@@ -40,7 +41,11 @@ struct DeviceCall {
   uint32_t layout = 0;          // ScaleLayoutId
   uint32_t format = 0;          // arfScaleFormat_t (FP8 per-group)
   uint32_t comparable = 1;      // outputs must match across ranks
-  uint32_t reference = 1;       // recompute the expected outputs here (call_args.h reference_rank_checks)
+  // Which units (rows; flat/allreduce: kFlatReferenceChunk-element chunks) this rank recomputes
+  // the expected outputs of: unit j when ref_stride != 0 and j % ref_stride == ref_phase
+  // (reference_unit; call_args.h reference_units says who checks what).
+  uint32_t ref_stride = 1;
+  uint32_t ref_phase = 0;
   uint32_t skew_us = 0;
   uint32_t input_is_output = 0;     // allreduce_out / norm_out alias input: do not overwrite it
   uint32_t residual_is_output = 0;  // residual in place: do not overwrite residual_in
@@ -65,6 +70,14 @@ struct DeviceCall {
   DeviceCounters* counters = nullptr;
   PinnedMirror* mirror = nullptr;  // device pointer of the pinned mirror
 };
+
+// Elements per reference unit of the flat and allreduce patterns (rows of the norm patterns are
+// units of their own: a row's norm needs its whole expected residual).
+inline constexpr int64_t kFlatReferenceChunk = 1024;
+
+CHURN_HD inline bool reference_unit(const DeviceCall& c, int64_t unit) {
+  return c.ref_stride != 0 && static_cast<uint64_t>(unit) % c.ref_stride == c.ref_phase;
+}
 
 struct ForeignShape {
   int block = 1024;      // threads per CTA

@@ -127,7 +127,7 @@ __device__ void check_flat(Ctx& k, const uint64_t* in_base) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < c.count; i += stride) {
     const uint16_t got = c.allreduce_out[i];
-    if (c.reference) {
+    if (reference_unit(c, i / kFlatReferenceChunk)) {
       const uint16_t want = expected_allreduce(in_base, c.world, static_cast<uint64_t>(i), k.dt);
       if (got != want) k.bad(kOutAllReduce, i / c.hidden, i % c.hidden, got, want);
     }
@@ -150,11 +150,12 @@ __device__ void check_rows(Ctx& k, const uint64_t* in_base, float* ycache, bool 
   const float scale_in = (p == static_cast<uint32_t>(Pat::kFp8Tensor) || nvfp4)
                              ? scale_in_value(c.seed, c.call, nvfp4) : 1.0f;
   const double plus = c.gamma_plus_one ? 1.0 : 0.0;
-  // Off the reference rank (c.reference == 0, the same for the whole grid) passes A and B only
-  // hash residual_out and norm_out: the reference rank's check and the cross-rank comparison of
-  // the hashes cover them. Everything after them reads this rank's own outputs and runs anyway.
-  const bool reference = c.reference != 0;
+  // In a row this rank does not recompute (reference_unit: the same for the whole CTA, which owns
+  // the row) passes A and B only hash residual_out and norm_out: the rank that recomputes the row
+  // and the cross-rank comparison of the hashes cover them. Everything after them reads this
+  // rank's own outputs and runs anyway.
   for (int64_t row = blockIdx.x; row < c.tokens; row += gridDim.x) {
+    const bool reference = reference_unit(c, row);
     // Pass A: all-reduce -> residual_out (bitwise), sum of squares of the expected residual.
     double sumsq = 0.0;
     for (int64_t col = threadIdx.x; col < c.hidden; col += blockDim.x) {

@@ -209,8 +209,9 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
   std::string reference = "rotate";
   app.add_option("--reference", reference,
                  "rotate: each call's expected outputs recomputed on one rank (call % world), the "
-                 "others' outputs compared with it by hash; all: recomputed on every rank")
-      ->check(CLI::IsMember({"rotate", "all"}))->capture_default_str();
+                 "others' outputs compared with it by hash; split: every rank recomputes its share "
+                 "of the rows (the same coverage, the cost spread); all: recomputed on every rank")
+      ->check(CLI::IsMember({"rotate", "split", "all"}))->capture_default_str();
   app.add_flag("--pdl", o.pdl, "arfCommConfig_t.programmatic_launch = 1");
   app.add_option("--hang-seconds", o.hang_seconds, "watchdog: exit 2 when no call completes this long")
       ->check(CLI::PositiveNumber)->capture_default_str();
@@ -235,7 +236,9 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
   try {
     app.parse(argc, argv);
     o.dtype = dtype == "fp16" ? arfFloat16 : arfBFloat16;
-    o.reference_every_rank = reference == "all";
+    o.reference = reference == "all"     ? ReferenceMode::kAll
+                  : reference == "split" ? ReferenceMode::kSplit
+                                         : ReferenceMode::kRotate;
     o.mix = mix == "volume" ? TokenMix::kVolume : TokenMix::kEngine;
     if (!o.replay_path.empty() && input_buffer->count() == 0) o.input_buffer_percent = 0;
     o.patterns = parse_pattern_list(patterns);

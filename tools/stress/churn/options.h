@@ -61,9 +61,9 @@ struct ChurnOptions {
   bool verify_calls = false;
   bool pdl = false;
 
-  // Verification: recompute each call's expected outputs on every rank (true) or on one rank per
-  // call, the others compared by hash (call_args.h reference_rank_checks).
-  bool reference_every_rank = false;
+  // Verification: who recomputes each call's expected outputs; the other ranks' outputs are
+  // compared with them by hash (call_args.h reference_units).
+  ReferenceMode reference = ReferenceMode::kRotate;
 
   // Zero-copy inputs: the share (percent) of (call, rank) pairs whose input is the communicator's
   // input buffer (call_args.h input_in_buffer); replays default to 0 (the CSV is the call).

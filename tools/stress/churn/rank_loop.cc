@@ -111,7 +111,7 @@ class Loop {
     RunConstants rc;
     rc.seed = o_.seed;
     rc.skew_us = static_cast<uint32_t>(o_.skew_us);
-    rc.reference_every_rank = o_.reference_every_rank;
+    rc.reference = o_.reference;
     rc.dtype = o_.dtype;
     TensorSet t = tensors_;
     if (t.input_buffer != nullptr &&

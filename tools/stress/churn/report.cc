@@ -270,7 +270,7 @@ bool write_json(const std::string& path, const ChurnOptions& o, const RunReport&
   j["foreign"] = {{"block", o.foreign_block}, {"smem_kb", o.foreign_smem_kb}, {"grid", o.foreign_grid},
                   {"kernels", r.foreign}};
   j["verify_calls"] = o.verify_calls;
-  j["reference"] = o.reference_every_rank ? "all" : "rotate";
+  j["reference"] = reference_mode_name(o.reference);
   j["input_buffer_percent"] = o.input_buffer_percent;
   j["replay"] = o.replay_path;
   j["boundaries"] = {{"combinations", r.boundary_combinations}, {"points", r.boundary_points}};

@@ -145,10 +145,13 @@ std::string Session::setup(RunReport* report) {
               o_.world(), o_.processes() ? "one process per rank, ipc" : "one process, local transport",
               o_.dtype == arfFloat16 ? "fp16" : "bf16", static_cast<long long>(o_.max_tokens),
               static_cast<long long>(o_.max_hidden), ranks_.size(), report->foreign.c_str());
-  std::printf("# reference: %s\n", o_.reference_every_rank
-                                       ? "all (every rank recomputes every call's expected outputs)"
-                                       : "rotate (each call's expected outputs recomputed on rank call % world; "
-                                         "the others' outputs compared with it by hash)");
+  const char* how = o_.reference == ReferenceMode::kAll
+                        ? "every rank recomputes every call's expected outputs"
+                    : o_.reference == ReferenceMode::kSplit
+                        ? "each rank recomputes its share of every call's rows; all outputs compared by hash"
+                        : "each call's expected outputs recomputed on rank call % world; the others' "
+                          "outputs compared with it by hash";
+  std::printf("# reference: %s (%s)\n", reference_mode_name(o_.reference), how);
   std::fflush(stdout);
   return "";
 }

@@ -124,36 +124,64 @@ TEST(ChurnCallArgs, OverwriteNeverHitsAnOutput) {
   }
 }
 
-// Every comparable call is recomputed on exactly one rank, each rank in turn; a call whose
-// outputs differ by rank (per-rank residual/gamma) and every call under --reference all on all.
-TEST(ChurnCallArgs, ReferenceRankRotates) {
+// Every unit (row or chunk) of every comparable call is recomputed on exactly one rank: under
+// rotate wholly on one rank, each rank in turn; under split spread over the ranks, the first unit
+// on a different rank each call. A call whose outputs differ by rank (per-rank residual/gamma) and
+// every call under --reference all are recomputed wholly on every rank. The kernels' own rule
+// (reference_unit on the DeviceCall) agrees with the host's.
+TEST(ChurnCallArgs, EveryUnitRecomputedOnceUnderRotateAndSplit) {
   const TensorSet t = fake_tensors();
-  RunConstants k;
   CallSpec c;
   c.pattern = Pat::kResidualRmsNorm;
   c.tokens = 4;
   c.hidden = 128;
-  for (uint32_t world : {1u, 2u, 4u, 8u}) {
-    std::vector<int> turns(world, 0);
-    for (uint64_t call = 0; call < 4 * world; ++call) {
-      c.index = call;
-      int on = 0;
-      for (uint32_t r = 0; r < world; ++r) {
-        const bool ref = reference_rank_checks(c, k, r, world);
-        EXPECT_EQ(device_call(c, k, r, world, t).reference, ref ? 1u : 0u);
-        on += ref;
-        turns[r] += ref;
+  for (ReferenceMode mode : {ReferenceMode::kRotate, ReferenceMode::kSplit}) {
+    RunConstants k;
+    k.reference = mode;
+    for (uint32_t world : {1u, 2u, 4u, 8u}) {
+      std::vector<int> whole_calls(world, 0), first_units(world, 0);
+      for (uint64_t call = 0; call < 4 * world; ++call) {
+        c.index = call;
+        for (int64_t unit = 0; unit < 3 * static_cast<int64_t>(world) + 1; ++unit) {
+          int on = 0;
+          for (uint32_t r = 0; r < world; ++r) {
+            const ReferenceUnits ref = reference_units(c, k, r, world);
+            const DeviceCall d = device_call(c, k, r, world, t);
+            EXPECT_EQ(reference_unit(d, unit), ref.covers(unit));
+            if (ref.covers(unit)) {
+              ++on;
+              if (unit == 0) ++first_units[r];
+            }
+          }
+          EXPECT_EQ(on, 1) << reference_mode_name(mode) << " world " << world << " call " << call << " unit " << unit;
+        }
+        for (uint32_t r = 0; r < world; ++r) {
+          const ReferenceUnits ref = reference_units(c, k, r, world);
+          whole_calls[r] += ref.stride == 1;
+          if (mode == ReferenceMode::kSplit && world > 1) {
+            EXPECT_EQ(ref.stride, world);
+          }
+        }
       }
-      EXPECT_EQ(on, 1) << "world " << world << " call " << call;
+      for (uint32_t r = 0; r < world; ++r) {
+        EXPECT_EQ(first_units[r], 4) << reference_mode_name(mode) << " world " << world << " rank " << r;
+        if (mode == ReferenceMode::kRotate) {
+          EXPECT_EQ(whole_calls[r], 4) << "world " << world << " rank " << r;
+        }
+      }
     }
-    for (uint32_t r = 0; r < world; ++r) EXPECT_EQ(turns[r], 4) << "world " << world << " rank " << r;
   }
+  RunConstants k;
+  k.reference = ReferenceMode::kSplit;
   c.per_rank_residual_gamma = true;  // outputs differ by rank: nobody else can vouch for them
   ASSERT_FALSE(c.comparable_across_ranks());
-  for (uint32_t r = 0; r < 8; ++r) EXPECT_TRUE(reference_rank_checks(c, k, r, 8));
+  for (uint32_t r = 0; r < 8; ++r) EXPECT_EQ(reference_units(c, k, r, 8).stride, 1u);
   c.per_rank_residual_gamma = false;
-  k.reference_every_rank = true;
-  for (uint32_t r = 0; r < 8; ++r) EXPECT_TRUE(reference_rank_checks(c, k, r, 8));
+  k.reference = ReferenceMode::kAll;
+  for (uint32_t r = 0; r < 8; ++r) {
+    const ReferenceUnits ref = reference_units(c, k, r, 8);
+    EXPECT_TRUE(ref.stride == 1 && ref.phase == 0);
+  }
 }
 
 // The input-buffer draw: about the asked share of (call, rank) pairs, ranks differing, never with an

@@ -60,11 +60,14 @@ TEST(ChurnOptions, WorldAndBudget) {
   EXPECT_EQ(p.o->connections, 1);
   EXPECT_TRUE(p.o->verify_calls);
   EXPECT_EQ(p.o->patterns.size(), 3u);
-  EXPECT_FALSE(p.o->reference_every_rank);  // rotate by default
+  EXPECT_EQ(p.o->reference, ReferenceMode::kRotate);  // by default
   EXPECT_EQ(p.o->input_buffer_percent, 33);
   p = parse({"--nranks", "2", "--reference", "all"});
   ASSERT_TRUE(p.o);
-  EXPECT_TRUE(p.o->reference_every_rank);
+  EXPECT_EQ(p.o->reference, ReferenceMode::kAll);
+  p = parse({"--nranks", "2", "--reference", "split"});
+  ASSERT_TRUE(p.o);
+  EXPECT_EQ(p.o->reference, ReferenceMode::kSplit);
   p = parse({"--replay", "calls.csv"});  // the CSV is the call: no input-buffer draws unless asked
   ASSERT_TRUE(p.o);
   EXPECT_EQ(p.o->input_buffer_percent, 0);
