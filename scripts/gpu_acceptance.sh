@@ -24,8 +24,9 @@
 #             as 2 processes over ipc (ARF_VOLUME_MPS=1: under a private MPS daemon, ~8x the calls/s
 #             of time-slicing); ARF_VOLUME_SECONDS_N overrides the seconds of world N; token mix
 #             ARF_VOLUME_MIX (default volume: fewer bytes per call, the same kinds of call; engine:
-#             the soak's default); the worlds one after another (never two communicators'
-#             collectives at once on one GPU); scripts/soak_tally.py pools the JSONs
+#             the soak's default); ARF_VOLUME_REFERENCE (--reference, default rotate); the
+#             worlds one after another (never two communicators' collectives at once on one GPU);
+#             scripts/soak_tally.py pools the JSONs
 #   soak_factors  the churn soak at 8 virtual ranks, ARF_FACTOR_SECONDS (default 10) each, as
 #             configured and with one factor changed (token mix, skew, calls in flight, foreign-kernel size,
 #             capacity, hidden, reference check, one pattern or algorithm only): calls/s of each,
@@ -162,6 +163,7 @@ for stage in "$@"; do
       gpus=${ARF_VOLUME_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
       [[ $gpus -ge 1 ]] || gpus=1
       mix=${ARF_VOLUME_MIX:-volume}
+      ref=${ARF_VOLUME_REFERENCE:-rotate}  # who recomputes the expected outputs (--reference)
       # The worlds run one after another: two worlds' soaks at once on one GPU (tried under one
       # MPS daemon) are two communicators with collectives in flight on the same SMs, which the
       # header forbids; on the H200 the 4- and 8-rank worlds then stalled within 30 s.
@@ -172,7 +174,7 @@ for stage in "$@"; do
         for ((g = 0; g < gpus; g++)); do
           s=$((seed + g + 100 * n)); j="$out/log/churn_volume_${n}_seed$s"
           CUDA_VISIBLE_DEVICES=$g ./build/arfusion-stress churn --nranks "$n" \
-            --seconds "${!per_world:-${ARF_VOLUME_SECONDS:-120}}" --mix "$mix" \
+            --seconds "${!per_world:-${ARF_VOLUME_SECONDS:-120}}" --mix "$mix" --reference "$ref" \
             --progress 0 --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed "$s" \
             -J "$j.json" > "$j.txt" 2>&1 &
           runs+=("$!:$n:$g:$s")
@@ -192,7 +194,7 @@ for stage in "$@"; do
           j="$out/log/churn_volume_ipc2_mps_seed$seed"; mps=" under MPS"; prefix=("${under_mps[@]}")
         fi
         timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" "${prefix[@]}" ./build/arfusion-run --timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" -n 2 -- \
-          ./build/arfusion-stress churn --calls "$ARF_VOLUME_IPC_CALLS" --mix "$mix" --progress 0 --verify-calls \
+          ./build/arfusion-stress churn --calls "$ARF_VOLUME_IPC_CALLS" --mix "$mix" --reference "$ref" --progress 0 --verify-calls \
           -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed "$seed" --hash-dir "$j.hashes" -J "$j.json" \
           > "$j.txt" 2>&1
         echo "volume ipc 2 processes$mps (seed $seed): exit $?"; grep -E "SKIPPED|calls/s|RESULT" "$j.txt" | tail -3
