@@ -43,7 +43,8 @@
 #             through LD_LIBRARY_PATH: ARF_CANDIDATES="NAME=DIR ..." (DIR holds NAME's libarfusion.so),
 #             against ARF_CANDIDATE_BASE (a DIR the same way, default ./build's library; with
 #             candidates built as arfusion_diag, give main's arfusion_diag here: same kernel set).
-#             The plain all-reduce (16 KiB-16 MiB) and the fused sweep (hidden 8192, 1-2048 tokens)
+#             The plain all-reduce (16 KiB-16 MiB) and the fused sweep (hidden 8192, 1-2048 tokens;
+#             ARF_CANDIDATE_OPS, ARF_CANDIDATE_SWEEP, ARF_CANDIDATE_WORLDS for others)
 #             at 2, 4, 8 virtual ranks, base, an A/A copy of base (ARF_CANDIDATE_AA, default 1) and
 #             every candidate in turn, 2 rounds (-n 100 -G 3 -R 3);
 #             then, with ARF_CANDIDATE_TESTS=1 (full libraries only), each candidate's GPU suite and
@@ -96,12 +97,13 @@ sweep_of() {
 }
 # ab_rounds PREFIX "OPS" ALGOS [SWEEP...]: the libraries of names[]/dirs[] (dir: a directory whose
 # libarfusion.so replaces ./build's through LD_LIBRARY_PATH, since the binaries' RUNPATH yields to
-# it; empty: ./build's) in turn, 2 rounds, each op at 2, 4 and 8 virtual ranks (-n 100 -G 3 -R 3);
-# $out/log/PREFIX_OP_N_NAME.ROUND.{json,txt}. SWEEP: the bench's size arguments, default sweep_of.
+# it; empty: ./build's) in turn, 2 rounds, each op at AB_WORLDS (default 2, 4 and 8) virtual ranks
+# (-n 100 -G 3 -R 3); $out/log/PREFIX_OP_N_NAME.ROUND.{json,txt}. SWEEP: the bench's size
+# arguments, default sweep_of.
 ab_rounds() {
   local prefix=$1 ops=$2 algos=$3 n op round i j
   shift 3
-  for n in 2 4 8; do
+  for n in ${AB_WORLDS:-2 4 8}; do
     for op in $ops; do
       local sweep=("$@")
       ((${#sweep[@]})) || read -ra sweep <<< "$(sweep_of "$op")"
@@ -257,7 +259,11 @@ for stage in "$@"; do
         cp "${ARF_CANDIDATE_BASE:-./build}/libarfusion.so" "$aa/" && { names+=(base_copy); dirs+=("$aa"); }
       fi
       for c in $ARF_CANDIDATES; do names+=("${c%%=*}"); dirs+=("${c#*=}"); done
-      ab_rounds ab "allreduce fused" oneshot_lamport,oneshot_pull,twoshot,auto
+      # ARF_CANDIDATE_OPS / _SWEEP / _WORLDS: another sweep, e.g. OPS=fused
+      # SWEEP="--tokens 1,8,64,512,2048 --hidden 16384" WORLDS="1 2 4 8" for wide rows
+      read -ra csweep <<< "${ARF_CANDIDATE_SWEEP:-}"
+      AB_WORLDS=${ARF_CANDIDATE_WORLDS:-2 4 8} ab_rounds ab "${ARF_CANDIDATE_OPS:-allreduce fused}" \
+        oneshot_lamport,oneshot_pull,twoshot,auto "${csweep[@]}"
       [[ ${ARF_CANDIDATE_TESTS:-0} == 1 ]] || continue
       for ((i = 1; i < ${#names[@]}; i++)); do
         name=${names[$i]}; lp=${dirs[$i]}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
