@@ -158,9 +158,27 @@ def tally(files, identity=library_identity):
         g["target_per_algorithm"] = target
         g["met"] = (g["coverage"] == "full coverage" and g["unclean_runs"] == 0 and
                     all(g["calls"][a] >= target for a in ALGORITHMS))
+        g["seconds_left_at_pooled_rate"] = seconds_left(g, target)
         out.append(g)
     out.sort(key=lambda g: (g["library"], g["transport"], g["world"] or 0, g["coverage"]))
     return out
+
+
+def seconds_left(g, target):
+    """Device seconds until every algorithm reaches the target at the pooled runs' rate (calls of
+    the algorithm / seconds of the clean runs, whatever their mix); None where that says nothing:
+    the target met, partial coverage (never meets it), or an algorithm short of it that never ran."""
+    if g["met"] or g["coverage"] != "full coverage" or g["seconds"] <= 0:
+        return None
+    left = 0.0
+    for a in ALGORITHMS:
+        short = target - g["calls"][a]
+        if short <= 0:
+            continue
+        if g["calls"][a] == 0:
+            return None
+        left = max(left, short * g["seconds"] / g["calls"][a])
+    return left
 
 
 def main(argv):
@@ -172,6 +190,8 @@ def main(argv):
     for g in groups:
         calls = ", ".join(f"{a} {g['calls'][a]:,}" for a in ALGORITHMS)
         state = "MET" if g["met"] else "not met"
+        if g["seconds_left_at_pooled_rate"] is not None:
+            state += f", ~{g['seconds_left_at_pooled_rate']:,.0f} device s left at the pooled rate"
         mixes = ", ".join(f"{m} {n:,}" for m, n in sorted(g["calls_per_mix"].items()))
         print(f"{g['library']}  world {g['world']} {g['transport']}, {g['coverage']}: {calls} "
               f"(target {g['target_per_algorithm']:,} each: {state}); {g['runs']} run(s), "

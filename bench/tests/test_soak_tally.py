@@ -59,6 +59,20 @@ class SoakTally(unittest.TestCase):
         per_algo = len(st.ALGORITHMS)
         self.assertEqual(groups[0]["calls_per_mix"], {"engine": 120 * per_algo, "volume": 50 * per_algo})
 
+    def test_seconds_left_at_the_pooled_rate(self):
+        # two clean 10 s runs of 100 calls per algorithm: 10 calls/s each; one algorithm slower
+        slow = churn_doc()
+        slow["repeats"][0]["per_plan_algorithm"]["twoshot"] = 50
+        g = self.run_tally([churn_doc(), slow])[0]
+        self.assertAlmostEqual(g["seconds_left_at_pooled_rate"], (1_000_000 - 150) * 20 / 150)
+        done = churn_doc(calls=1_000_000)
+        self.assertIsNone(self.run_tally([done])[0]["seconds_left_at_pooled_rate"])
+        partial = churn_doc(patterns=st.PATTERNS[:3])
+        self.assertIsNone(self.run_tally([partial])[0]["seconds_left_at_pooled_rate"])
+        never = churn_doc()
+        never["repeats"][0]["per_plan_algorithm"]["unfused"] = 0
+        self.assertIsNone(self.run_tally([never])[0]["seconds_left_at_pooled_rate"])
+
     def test_unclean_runs_add_nothing(self):
         groups = self.run_tally([churn_doc(), churn_doc(wrong=3), churn_doc(failure="timeout"),
                                  churn_doc(exit_code=1)])
