@@ -35,7 +35,7 @@
 #             seed for 12 s with every rank recomputing the expected outputs, with one rank per
 #             call (rotate) and with the rows spread over the ranks (split; the others compared
 #             by hash): calls/s of each; then two negative-control libraries under rotate and
-#             split must still be caught (ARF_REFERENCE_RATES=0: only those)
+#             split (ARF_REFERENCE_MODES) must still be caught (ARF_REFERENCE_RATES=0: only those)
 #   gate_cost the plain all-reduce at 2, 4, 8 virtual ranks, 16 KiB-1 MiB, with and without the
 #             shared-device gate (its negative-control library in place of libarfusion.so), alternating
 #             (gate_cost_allreduce_N_{release,no_gate}.ROUND.*; the 2e69952 run named them gate_cost_N_LIB.ROUND)
@@ -229,7 +229,7 @@ for stage in "$@"; do
       done
       # The diagnostic libraries carry the unquantized bf16 kernels only; each control forces the
       # algorithm whose rule it breaks.
-      for ref in rotate split; do
+      for ref in ${ARF_REFERENCE_MODES:-rotate split}; do
         for v in no_end_barrier:oneshot_pull no_lamport_clear:oneshot_lamport; do
           a=${v#*:}; v=${v%%:*}; j="$out/log/reference_nc_${v}_$ref"
           timeout 90 "./build/arfusion-stress-$v" churn --expect-failure --nranks 4 --seconds 20 --timeout 2 \
