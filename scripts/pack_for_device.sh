@@ -12,12 +12,14 @@
 #   ARF_CANDIDATES="NAME=$PWD/NAME" ARF_CANDIDATE_BASE=$PWD/base bash scripts/gpu_acceptance.sh candidate
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# git's exclude file (in a worktree .git is a file, so ask git where it is)
+exclude=$(git rev-parse --git-path info/exclude)
 if [[ ${1:-} == --candidate ]]; then
   name=${2:-}; lib=${3:-}
   [[ $name =~ ^[a-z0-9_]+$ && -f $lib ]] || { echo "pack_for_device: --candidate NAME libarfusion.so" >&2; exit 1; }
   stage=$(mktemp -d); mkdir "$stage/$name"; cp "$lib" "$stage/$name/libarfusion.so"
   mkdir -p ".devpack-$name"
-  grep -qx '/.devpack-\*/' .git/info/exclude 2>/dev/null || echo '/.devpack-*/' >> .git/info/exclude
+  grep -qx '/.devpack-\*/' "$exclude" 2>/dev/null || echo '/.devpack-*/' >> "$exclude"
   tar -C "$stage" -cf - "$name" | xz -T0 -6 > ".devpack-$name/candidate.tar.xz"
   rm -rf "$stage"; ls -la ".devpack-$name/candidate.tar.xz"
   exit 0
@@ -34,6 +36,6 @@ for f in "$@"; do files+=("build/$f"); done
 existing=()
 for f in "${files[@]}"; do [[ -e $f ]] && existing+=("$f"); done
 mkdir -p .devpack
-grep -qx '/.devpack/' .git/info/exclude 2>/dev/null || echo '/.devpack/' >> .git/info/exclude
+grep -qx '/.devpack/' "$exclude" 2>/dev/null || echo '/.devpack/' >> "$exclude"
 tar -cf - "${existing[@]}" | xz -T0 -6 > .devpack/build.tar.xz
 ls -la .devpack/build.tar.xz

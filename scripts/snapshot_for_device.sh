@@ -8,8 +8,10 @@
 #   carry: [".snap"], command: cd .snap && bash scripts/gpu_acceptance.sh build python e2e ctest
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# git's exclude file (in a worktree .git is a file, so ask git where it is)
+exclude=$(git rev-parse --git-path info/exclude)
 commit=$(git rev-parse --short "${1:-HEAD}")
-grep -qx '/.snap/' .git/info/exclude 2>/dev/null || echo '/.snap/' >> .git/info/exclude
+grep -qx '/.snap/' "$exclude" 2>/dev/null || echo '/.snap/' >> "$exclude"
 rm -rf .snap && mkdir .snap
 git archive "$commit" | tar -x -C .snap
 echo "$commit" > .snap/COMMIT
