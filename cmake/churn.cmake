@@ -13,7 +13,7 @@ add_library(arfusion_churn_core OBJECT
   ${ARF_CHURN_DIR}/call_spec.cc ${ARF_CHURN_DIR}/schedule.cc ${ARF_CHURN_DIR}/options.cc
   ${ARF_CHURN_DIR}/replay_csv.cc ${ARF_CHURN_DIR}/stats.cc ${ARF_CHURN_DIR}/stop_control.cc
   ${ARF_CHURN_DIR}/cross_rank.cc ${ARF_CHURN_DIR}/report.cc ${ARF_CHURN_DIR}/call_args.cc
-  ${ARF_CHURN_DIR}/segment_times.cc)
+  ${ARF_CHURN_DIR}/segment_times.cc ${ARF_CHURN_DIR}/self_test.cc)
 target_include_directories(arfusion_churn_core PUBLIC ${ARF_CHURN_DIR}
   ${CMAKE_CURRENT_SOURCE_DIR}/include)
 target_link_libraries(arfusion_churn_core PUBLIC CLI11::CLI11 nlohmann_json::nlohmann_json
@@ -39,7 +39,8 @@ set(ARF_CHURN_TEST_SOURCES
   ${ARF_CHURN_DIR}/test_numerics.cc ${ARF_CHURN_DIR}/test_quant_rules.cc
   ${ARF_CHURN_DIR}/test_schedule.cc ${ARF_CHURN_DIR}/test_options.cc
   ${ARF_CHURN_DIR}/test_replay_csv.cc ${ARF_CHURN_DIR}/test_cross_rank.cc
-  ${ARF_CHURN_DIR}/test_call_args.cc ${ARF_CHURN_DIR}/test_segment_times.cc)
+  ${ARF_CHURN_DIR}/test_call_args.cc ${ARF_CHURN_DIR}/test_segment_times.cc
+  ${ARF_CHURN_DIR}/test_self_test.cc)
 set(ARF_CHURN_TEST_DEFINITIONS
   ARF_CHURN_REPRO_CSV="${CMAKE_CURRENT_SOURCE_DIR}/tests/data/lamport-stall-world2.csv")
 
@@ -55,6 +56,12 @@ if(ARF_BUILD_TESTS)
     --progress 5 -J ${CMAKE_CURRENT_BINARY_DIR}/churn_soak_2.json)
   arf_add_churn_test(churn_soak_8 $<TARGET_FILE:arfusion-stress> churn --nranks 8 --seconds 20
     --progress 5 -J ${CMAKE_CURRENT_BINARY_DIR}/churn_soak_8.json)
+  # The checks can fail: every 7th call one rank flips a bit of one of its outputs (self_test.h);
+  # passes only if every such call, and no other, was flagged. Under rotate and split.
+  arf_add_churn_test(churn_self_test $<TARGET_FILE:arfusion-stress> churn --nranks 4 --calls 3000
+    --corrupt-every 7 --progress 0 -J ${CMAKE_CURRENT_BINARY_DIR}/churn_self_test.json)
+  arf_add_churn_test(churn_self_test_split $<TARGET_FILE:arfusion-stress> churn --nranks 4 --calls 3000
+    --corrupt-every 7 --reference split --progress 0 -J ${CMAKE_CURRENT_BINARY_DIR}/churn_self_test_split.json)
   # One process per rank under the launcher (ipc transport; processes sharing one GPU
   # time-slice it, so a call budget rather than a time budget). Every process checks its own
   # outputs; rank 0 compares the per-call output hashes of both.

@@ -94,6 +94,11 @@ cudaError_t launch_generate(const DeviceCall& c, const ForeignShape& s, cudaStre
 cudaError_t launch_overwrite(const DeviceCall& c, const ForeignShape& s, cudaStream_t stream);
 cudaError_t launch_check(const DeviceCall& c, const ForeignShape& s, int sm_count, cudaStream_t stream);
 
+// --corrupt-every (self_test.h): one thread flips a bit of output `output` (CorruptOutput) of the
+// call in its first row or chunk, right after the library wrote it (a call without that output:
+// the all-reduce or residual_out instead). An exponent bit, so no tolerance accepts the result.
+cudaError_t launch_corrupt(const DeviceCall& c, int output, cudaStream_t stream);
+
 // One launch of each kernel with nothing to do (warm-up: loads the module before any collective,
 // since a lazy load while a peer's collective spins could wait for it).
 cudaError_t warm_up_foreign_kernels(const ForeignShape& s, cudaStream_t stream);

@@ -9,6 +9,8 @@
 #include "data_gen.h"
 #include "kernels.h"
 #include "kernels_device.cuh"
+#include "quant_rules.h"
+#include "self_test.h"
 
 namespace arf::churn {
 
@@ -86,6 +88,41 @@ __global__ void __launch_bounds__(1024) overwrite_kernel(DeviceCall c) {
   if (c.scale_in != nullptr && first == 0) *c.scale_in = u2f(garbage32(base, uint64_t{3} << 40));
 }
 
+__global__ void corrupt_kernel(DeviceCall c, int output) {
+  if (c.table == nullptr || threadIdx.x != 0 || blockIdx.x != 0) return;  // warm-up launch
+  const bool norm = pat_has_norm_dev(c.pattern);
+  const bool quant = c.quant_out != nullptr;
+  const bool scale = c.scale_out != nullptr && c.scale_bytes > 0;
+  if (output == kCorruptNorm && norm) {
+    const_cast<uint16_t*>(c.norm_out)[0] ^= 0x4000u;
+  } else if (output == kCorruptQuant && quant) {
+    const_cast<uint8_t*>(c.quant_out)[0] ^= 0x40u;  // e4m3: an exponent bit; FP4: element 1's top bit
+  } else if (output == kCorruptScale && scale) {
+    const uint32_t p = c.pattern;
+    const bool fp32 = p == static_cast<uint32_t>(Pat::kFp8Token) ||
+                      (p == static_cast<uint32_t>(Pat::kFp8Group) && c.format != arfScaleUe8m0Packed);
+    const int64_t cols = p == static_cast<uint32_t>(Pat::kFp8Token) ? 1
+                         : p == static_cast<uint32_t>(Pat::kFp8Group) ? c.hidden / 128
+                         : p == static_cast<uint32_t>(Pat::kNvfp4)    ? c.hidden / 16
+                                                                      : c.hidden / 32;
+    const int64_t off = scale_offset(c.layout, fp32, 0, 0, c.tokens, cols);
+    if (fp32) {
+      c.scale_out[off + 2] ^= 0x80u;  // the fp32 exponent's lowest bit: the scale doubles or halves
+    } else {
+      c.scale_out[off] ^= 0x08u;
+    }
+  } else if (norm) {
+    const_cast<uint16_t*>(c.residual_out)[0] ^= 0x4000u;
+  } else {
+    const_cast<uint16_t*>(c.allreduce_out)[0] ^= 0x4000u;
+  }
+}
+
+cudaError_t launch_corrupt(const DeviceCall& c, int output, cudaStream_t stream) {
+  corrupt_kernel<<<1, 32, 0, stream>>>(c, output);
+  return cudaGetLastError();
+}
+
 namespace {
 
 int grid_of(const ForeignShape& s) { return s.grid > 0 ? s.grid : 1; }
@@ -144,6 +181,7 @@ cudaError_t warm_up_foreign_kernels(const ForeignShape& s, cudaStream_t stream) 
   cudaError_t e = launch_generate(idle, s, stream);
   if (e == cudaSuccess) e = launch_overwrite(idle, s, stream);
   if (e == cudaSuccess) e = launch_check(idle, s, 1, stream);
+  if (e == cudaSuccess) e = launch_corrupt(idle, kCorruptPrimary, stream);
   return e;
 }
 

@@ -100,6 +100,14 @@ void validate(ChurnOptions& o, int nranks, bool placement_given, const std::stri
     throw CLI::ValidationError("under arfusion-run", "give --calls or --calls-per-algorithm");
   }
   if (o.table_calls == 0) o.table_calls = o.calls > 0 ? o.calls : kDefaultTableCalls;
+  if (o.corrupt_every > 0) {
+    // The verdict reads every rank's table entry of every call: ranks in this process, no folding.
+    if (o.processes()) throw CLI::ValidationError("--corrupt-every", "needs every rank in one process");
+    if (o.expect_failure) throw CLI::ValidationError("--corrupt-every", "has its own verdict; not with --expect-failure");
+    if (o.calls == 0 || o.calls > o.table_calls) {
+      throw CLI::ValidationError("--corrupt-every", "give --calls (at most --table-calls): every call needs its own table entry");
+    }
+  }
 }
 
 std::string join_argv(int argc, char** argv) {
@@ -196,6 +204,9 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--connections", o.connections, "force CUDA_DEVICE_MAX_CONNECTIONS (default: 32 "
                  "unless already set)")->check(CLI::Range(1, 32));
+  app.add_option("--corrupt-every", o.corrupt_every,
+                 "self-test: every Nth call one rank flips a bit of one output after the library "
+                 "call; exit 0 only if every such call and no other was flagged (self_test.h)");
   app.add_flag("--time-segments", o.time_segments,
                "report where the rank streams spend their time (generate, call, overwrite, check "
                "per pattern; CUDA events with timing)");

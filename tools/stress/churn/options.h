@@ -55,6 +55,7 @@ struct ChurnOptions {
   int foreign_grid = 0;    // CTAs of the generate/overwrite kernels (0: the device's SM count)
   int connections = 0;     // CUDA_DEVICE_MAX_CONNECTIONS to force (0: 32 unless already set)
   bool time_segments = false;  // time each piece of a call on the rank streams (segment_times.h)
+  uint64_t corrupt_every = 0;  // self-test: corrupt an output of every Nth call (self_test.h)
 
   // Library settings.
   double timeout_seconds = 10;

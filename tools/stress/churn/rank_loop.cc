@@ -6,6 +6,7 @@
 #include "call_args.h"
 #include "data_gen.h"
 #include "replay_csv.h"
+#include "self_test.h"
 
 namespace arf::churn {
 namespace {
@@ -142,6 +143,11 @@ class Loop {
       fail(refused ? Failure::kRefused : Failure::kAsync, st,
            "call " + std::to_string(c.index) + " (" + replay_csv_row(c) + ") returned " +
                arfGetStatusString(st) + ": " + why);
+      return false;
+    }
+    const Corruption bad = corruption_of(k_, o_.corrupt_every, static_cast<uint32_t>(job_.world));
+    if (bad.injected && bad.rank == static_cast<uint32_t>(job_.rank) &&
+        !cuda_ok(launch_corrupt(d, bad.output, b_.stream), "corrupt kernel launch (--corrupt-every)")) {
       return false;
     }
     if (!mark(slot, kSegOverwrite)) return false;

@@ -123,6 +123,11 @@ nlohmann::json repeat_json(const RepeatReport& r) {
                      {"first_slot", r.cross.first_slot}, {"first_rank", r.cross.first_rank},
                      {"folded", r.cross.folded}, {"done_here", r.cross_done}, {"error", r.cross.error}};
   j["stop_reason"] = r.stop_reason;
+  if (r.self_test_done) {
+    const SelfTestVerdict& v = r.self_test;
+    j["self_test"] = {{"injected", v.injected}, {"caught", v.caught}, {"false_alarms", v.false_alarms},
+                      {"ok", v.ok()}, {"text", v.text()}};
+  }
   if (!r.segments.empty()) {
     nlohmann::json seg = nlohmann::json::object();
     for (const auto& [pattern, t] : r.segments) {
@@ -159,6 +164,13 @@ int exit_code(const ChurnOptions& o, const RunReport& r) {
     any_wrong = any_wrong || total_wrong(rep) > 0;
   }
   if (setup) return kChurnSetup;
+  if (o.corrupt_every > 0) {  // the self-test's verdict replaces the wrong-element rules
+    if (failed) return kChurnTimeout;
+    for (const RepeatReport& rep : r.repeats) {
+      if (!rep.self_test_done || !rep.self_test.ok()) return kChurnWrong;
+    }
+    return kChurnOk;
+  }
   if (o.expect_failure) return failed || wrong || any_wrong ? kChurnOk : kChurnWrong;
   if (failed) return kChurnTimeout;
   if (wrong) return kChurnWrong;
@@ -222,6 +234,7 @@ void print_report(const ChurnOptions& o, const RunReport& r) {
       std::printf("#   cross-rank: %" PRIu64 " calls compared, %" PRIu64 " differ%s\n", rep.cross.compared,
                   rep.cross.mismatched, rep.cross.folded ? " (folded slots)" : "");
     }
+    if (rep.self_test_done) std::printf("#   %s\n", rep.self_test.text().c_str());
     if (!rep.segments.empty()) {
       std::printf("#   stream time per call and rank (--time-segments; each piece includes its waits):\n");
       for (const std::string& line : segment_lines(rep.segments)) std::printf("#     %s\n", line.c_str());

@@ -15,6 +15,7 @@
 #include "cross_rank.h"
 #include "options.h"
 #include "segment_times.h"
+#include "self_test.h"
 #include "rank_loop.h"
 #include "stats.h"
 
@@ -44,6 +45,8 @@ struct RepeatReport {
   bool cross_done = false;   // compared here (in one process, or rank 0 of a process job)
   std::string stop_reason;
   SegmentTable segments;     // --time-segments: every local rank's stream time per piece
+  bool self_test_done = false;  // --corrupt-every: the verdict below was computed
+  SelfTestVerdict self_test;
 };
 
 struct RunReport {

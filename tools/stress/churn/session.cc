@@ -297,6 +297,11 @@ std::string Session::run_repeat(int repeat, RunReport* report) {
     rep.ranks.push_back(k);
     for (const auto& [pattern, times] : outcomes[i].segments) rep.segments[pattern].merge(times);
   }
+  if (o_.corrupt_every > 0) {
+    rep.self_test = self_test_verdict(tables, ranks_, issued_max, o_.corrupt_every,
+                                      static_cast<uint32_t>(o_.world()));
+    rep.self_test_done = true;
+  }
   if (!o_.processes()) {
     rep.cross = compare_tables(tables, issued_max, limit);
     rep.cross_done = true;

@@ -77,6 +77,9 @@ TEST(ChurnOptions, WorldAndBudget) {
   p = parse({"--devices", "0,1,0,1"});
   ASSERT_TRUE(p.o);
   EXPECT_EQ(p.o->devices, (std::vector<int>{0, 1, 0, 1}));
+  p = parse({"--corrupt-every", "10", "--calls", "1000"});
+  ASSERT_TRUE(p.o);
+  EXPECT_EQ(p.o->corrupt_every, 10u);
 }
 
 TEST(ChurnOptions, Refusals) {
@@ -93,6 +96,9 @@ TEST(ChurnOptions, Refusals) {
            {"--foreign-smem-kb", "500"},
            {"--in-flight", "0"},
            {"--nranks", "2", "--devices", "0,0"},
+           {"--corrupt-every", "10", "--seconds", "5"},           // the self-test needs a call budget
+           {"--corrupt-every", "10", "--calls", "100", "--expect-failure"},
+           {"--corrupt-every", "10", "--calls", "100", "--table-calls", "50"},  // entries would fold
        }) {
     const Parsed p = parse(bad);
     EXPECT_FALSE(p.o) << bad[0] << " " << bad[1];
