@@ -235,12 +235,8 @@ __device__ void check_scale_buffer(Ctx& k) {
   const DeviceCall& c = k.c;
   if (c.scale_out == nullptr || c.scale_bytes == 0) return;
   const uint32_t p = c.pattern;
-  const int64_t cols = p == static_cast<uint32_t>(Pat::kFp8Token) ? 1
-                       : p == static_cast<uint32_t>(Pat::kFp8Group) ? c.hidden / 128
-                       : p == static_cast<uint32_t>(Pat::kNvfp4)    ? c.hidden / 16
-                                                                    : c.hidden / 32;
-  const bool fp32 = (p == static_cast<uint32_t>(Pat::kFp8Token)) ||
-                    (p == static_cast<uint32_t>(Pat::kFp8Group) && c.format != arfScaleUe8m0Packed);
+  const int64_t cols = scale_cols_dev(p, c.hidden);
+  const bool fp32 = scale_is_fp32_dev(p, c.format);
   const uint64_t sbase = output_base(c.call, kOutScale);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < c.scale_bytes; b += stride) {

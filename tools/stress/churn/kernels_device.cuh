@@ -5,12 +5,27 @@
 
 #include <cstdint>
 
+#include "arfusion/arfusion.h"
 #include "call_spec.h"
 
 namespace arf::churn {
 
 __host__ __device__ constexpr bool pat_has_norm_dev(uint32_t p) {
   return p != static_cast<uint32_t>(Pat::kAllReduce) && p != static_cast<uint32_t>(Pat::kFlat);
+}
+
+// The scale buffer of a quantized pattern that writes one (DeviceCall.pattern, .format): scales
+// per token, and whether each is an fp32 value (FP8 per-token, FP8 per-group but packed UE8M0)
+// rather than a byte code.
+__host__ __device__ constexpr int64_t scale_cols_dev(uint32_t p, int64_t hidden) {
+  return p == static_cast<uint32_t>(Pat::kFp8Token)   ? 1
+         : p == static_cast<uint32_t>(Pat::kFp8Group) ? hidden / 128
+         : p == static_cast<uint32_t>(Pat::kNvfp4)    ? hidden / 16
+                                                      : hidden / 32;
+}
+__host__ __device__ constexpr bool scale_is_fp32_dev(uint32_t p, uint32_t format) {
+  return p == static_cast<uint32_t>(Pat::kFp8Token) ||
+         (p == static_cast<uint32_t>(Pat::kFp8Group) && format != arfScaleUe8m0Packed);
 }
 
 // Address of check_kernel (defined in kernels_check.cu) for cudaFuncSetAttribute & co.

@@ -98,14 +98,8 @@ __global__ void corrupt_kernel(DeviceCall c, int output) {
   } else if (output == kCorruptQuant && quant) {
     const_cast<uint8_t*>(c.quant_out)[0] ^= 0x40u;  // e4m3: an exponent bit; FP4: element 1's top bit
   } else if (output == kCorruptScale && scale) {
-    const uint32_t p = c.pattern;
-    const bool fp32 = p == static_cast<uint32_t>(Pat::kFp8Token) ||
-                      (p == static_cast<uint32_t>(Pat::kFp8Group) && c.format != arfScaleUe8m0Packed);
-    const int64_t cols = p == static_cast<uint32_t>(Pat::kFp8Token) ? 1
-                         : p == static_cast<uint32_t>(Pat::kFp8Group) ? c.hidden / 128
-                         : p == static_cast<uint32_t>(Pat::kNvfp4)    ? c.hidden / 16
-                                                                      : c.hidden / 32;
-    const int64_t off = scale_offset(c.layout, fp32, 0, 0, c.tokens, cols);
+    const bool fp32 = scale_is_fp32_dev(c.pattern, c.format);
+    const int64_t off = scale_offset(c.layout, fp32, 0, 0, c.tokens, scale_cols_dev(c.pattern, c.hidden));
     if (fp32) {
       c.scale_out[off + 2] ^= 0x80u;  // the fp32 exponent's lowest bit: the scale doubles or halves
     } else {
