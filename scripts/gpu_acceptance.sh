@@ -24,7 +24,9 @@
 #             as 2 processes over ipc (ARF_VOLUME_MPS=1: under a private MPS daemon, ~8x the calls/s
 #             of time-slicing); ARF_VOLUME_SECONDS_N overrides the seconds of world N; token mix
 #             ARF_VOLUME_MIX (default volume: fewer bytes per call, the same kinds of call; engine:
-#             the soak's default); ARF_VOLUME_REFERENCE (--reference, default rotate); the
+#             the soak's default); ARF_VOLUME_REFERENCE (--reference, default rotate);
+#             ARF_VOLUME_ALGOS (-a, name[:weight] list; default the four, equal weights;
+#             ARF_VOLUME_ALGOS_N for world N); the
 #             worlds one after another (never two communicators' collectives at once on one GPU);
 #             scripts/soak_tally.py pools the JSONs
 #   soak_factors  the churn soak at 8 virtual ranks, ARF_FACTOR_SECONDS (default 10) each, as
@@ -166,18 +168,21 @@ for stage in "$@"; do
       [[ $gpus -ge 1 ]] || gpus=1
       mix=${ARF_VOLUME_MIX:-volume}
       ref=${ARF_VOLUME_REFERENCE:-rotate}  # who recomputes the expected outputs (--reference)
+      # The algorithms drawn, name[:weight] (churn -a): unfused also runs the forced fused calls
+      # that fall back, so a weight below the others' evens the calls per algorithm.
+      algos=${ARF_VOLUME_ALGOS:-oneshot_lamport,oneshot_pull,twoshot,unfused}
       # The worlds run one after another: two worlds' soaks at once on one GPU (tried under one
       # MPS daemon) are two communicators with collectives in flight on the same SMs, which the
       # header forbids; on the H200 the 4- and 8-rank worlds then stalled within 30 s.
       worlds=${ARF_VOLUME_WORLDS-2 4 8}  # set and empty: none
       runs=()  # pid:world:gpu of the soaks not yet waited for
       for n in $worlds; do
-        per_world=ARF_VOLUME_SECONDS_$n
+        per_world=ARF_VOLUME_SECONDS_$n per_world_algos=ARF_VOLUME_ALGOS_$n
         for ((g = 0; g < gpus; g++)); do
           s=$((seed + g + 100 * n)); j="$out/log/churn_volume_${n}_seed$s"
           CUDA_VISIBLE_DEVICES=$g ./build/arfusion-stress churn --nranks "$n" \
             --seconds "${!per_world:-${ARF_VOLUME_SECONDS:-120}}" --mix "$mix" --reference "$ref" \
-            --progress 0 --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed "$s" \
+            --progress 0 --verify-calls -a "${!per_world_algos:-$algos}" --seed "$s" \
             -J "$j.json" > "$j.txt" 2>&1 &
           runs+=("$!:$n:$g:$s")
         done
@@ -197,7 +202,7 @@ for stage in "$@"; do
         fi
         timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" "${prefix[@]}" ./build/arfusion-run --timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" -n 2 -- \
           ./build/arfusion-stress churn --calls "$ARF_VOLUME_IPC_CALLS" --mix "$mix" --reference "$ref" --progress 0 --verify-calls \
-          -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed "$seed" --hash-dir "$j.hashes" -J "$j.json" \
+          -a "$algos" --seed "$seed" --hash-dir "$j.hashes" -J "$j.json" \
           > "$j.txt" 2>&1
         echo "volume ipc 2 processes$mps (seed $seed): exit $?"; grep -E "SKIPPED|calls/s|RESULT" "$j.txt" | tail -3
       fi ;;

@@ -129,16 +129,39 @@ std::vector<Pat> parse_pattern_list(const std::string& list) {
   return out;
 }
 
-std::vector<arfAlgorithm_t> parse_algorithm_list(const std::string& list) {
-  std::vector<arfAlgorithm_t> out;
-  for (const std::string& name : split(list)) {
+AlgorithmDraw parse_algorithm_list(const std::string& list) {
+  AlgorithmDraw out;
+  for (const std::string& item : split(list)) {
+    const size_t colon = item.find(':');
+    const std::string name = item.substr(0, colon);
+    uint32_t weight = 1;
+    if (colon != std::string::npos) {
+      const std::string w = item.substr(colon + 1);
+      size_t used = 0;
+      unsigned long v = 0;
+      try {
+        v = std::stoul(w, &used);
+      } catch (const std::exception&) {
+        used = std::string::npos;
+      }
+      if (w.empty() || used != w.size() || w[0] == '-' || v == 0 || v > 1000) {
+        throw std::invalid_argument("algorithm weight in '" + item + "': an integer from 1 to 1000");
+      }
+      weight = static_cast<uint32_t>(v);
+    }
     arfAlgorithm_t a;
     if (arfAlgorithmFromName(name.c_str(), &a) != arfSuccess) {
       throw std::invalid_argument("unknown algorithm '" + name + "'");
     }
-    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+    const auto it = std::find(out.algos.begin(), out.algos.end(), a);
+    if (it == out.algos.end()) {
+      out.algos.push_back(a);
+      out.weights.push_back(weight);
+    } else if (out.weights[it - out.algos.begin()] != weight) {
+      throw std::invalid_argument("algorithm '" + name + "' listed with two weights");
+    }
   }
-  if (out.empty()) throw std::invalid_argument("at least one algorithm");
+  if (out.algos.empty()) throw std::invalid_argument("at least one algorithm");
   return out;
 }
 
@@ -178,7 +201,9 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
   app.add_option("--patterns", patterns,
                  "allreduce,flat,residual_rmsnorm,fp8_tensor,fp8_token,fp8_group,nvfp4,mxfp4")
       ->capture_default_str();
-  app.add_option("-a,--algos", algos, "algorithms drawn from, per call")->capture_default_str();
+  app.add_option("-a,--algos", algos,
+                 "algorithms drawn from, per call; name:N weighs one N times (default 1)")
+      ->capture_default_str();
   app.add_option("-n,--calls", o.calls, "issued-call budget (default 10000 without another budget)");
   app.add_option("--seconds", o.seconds, "time budget")->check(CLI::NonNegativeNumber);
   app.add_option("--calls-per-algorithm", o.calls_per_algorithm,
@@ -253,7 +278,9 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
     o.mix = mix == "volume" ? TokenMix::kVolume : TokenMix::kEngine;
     if (!o.replay_path.empty() && input_buffer->count() == 0) o.input_buffer_percent = 0;
     o.patterns = parse_pattern_list(patterns);
-    o.algos = parse_algorithm_list(algos);
+    AlgorithmDraw draw = parse_algorithm_list(algos);
+    o.algos = std::move(draw.algos);
+    o.algo_weights = std::move(draw.weights);
     validate(o, nranks, devices->count() > 0 || nr->count() > 0, hiddens, env);
   } catch (const CLI::ParseError& e) {
     *exit_code = app.exit(e) == 0 ? kChurnOk : kChurnSetup;
@@ -272,6 +299,7 @@ ScheduleOptions schedule_options(const ChurnOptions& o) {
   so.dtype = o.dtype;
   so.patterns = o.patterns;
   so.algos = o.algos;
+  so.algo_weights = o.algo_weights;
   so.hiddens = o.hiddens;
   so.max_tokens = o.max_tokens;
   so.mix = o.mix;

@@ -38,6 +38,7 @@ struct ChurnOptions {
   std::vector<int64_t> hiddens;  // ascending, <= max_hidden (from --hiddens or the default list)
   std::vector<Pat> patterns;
   std::vector<arfAlgorithm_t> algos;
+  std::vector<uint32_t> algo_weights;  // parallel to algos: algos[i] drawn with probability algo_weights[i] / their sum
 
   // Budget: whichever ends first. calls counts issued calls (skipped ones do not count).
   uint64_t calls = 0;
@@ -112,7 +113,13 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
 ScheduleOptions schedule_options(const ChurnOptions& o);
 
 std::vector<Pat> parse_pattern_list(const std::string& list);          // throws std::invalid_argument
-std::vector<arfAlgorithm_t> parse_algorithm_list(const std::string& list);
+// "name[:weight],...": weight a positive integer, 1 when left out; a name listed twice is one
+// entry (an error if the weights differ).
+struct AlgorithmDraw {
+  std::vector<arfAlgorithm_t> algos;
+  std::vector<uint32_t> weights;  // parallel to algos
+};
+AlgorithmDraw parse_algorithm_list(const std::string& list);
 std::vector<int64_t> parse_int_list(const std::string& list);
 
 }  // namespace arf::churn

@@ -134,6 +134,15 @@ uint64_t Rng::below(uint64_t n) {
 
 bool Rng::chance(uint32_t num, uint32_t den) { return below(den) < num; }
 
+size_t Rng::pick_weighted(const std::vector<uint32_t>& weights) {
+  uint64_t sum = 0;
+  for (uint32_t w : weights) sum += w;
+  uint64_t r = below(sum);
+  size_t i = 0;
+  while (r >= weights[i]) r -= weights[i++];
+  return i;
+}
+
 int64_t Rng::log_uniform(int64_t lo, int64_t hi) {
   if (hi <= lo) return lo;
   // u in [0, 1) with 53 bits, then lo * (hi/lo)^u; IEEE double exp/log give the same value on
@@ -301,7 +310,11 @@ void Generator::plan(CallSpec* c) { apply_plan(c, oracle_); }
 CallSpec Generator::next() {
   CallSpec c;
   c.pattern = rng_.pick(o_.patterns);
-  c.algorithm = c.pattern == Pat::kFlat ? arfAlgoAuto : rng_.pick(o_.algos);
+  if (c.pattern == Pat::kFlat) {
+    c.algorithm = arfAlgoAuto;
+  } else {
+    c.algorithm = o_.algo_weights.empty() ? rng_.pick(o_.algos) : o_.algos[rng_.pick_weighted(o_.algo_weights)];
+  }
   draw_tokens(&c, hiddens_for(c.pattern, o_.hiddens));
   previous_hidden_ = c.hidden;
   draw_options(&c);

@@ -65,6 +65,9 @@ struct ScheduleOptions {
   arfDataType_t dtype = arfBFloat16;
   std::vector<Pat> patterns;
   std::vector<arfAlgorithm_t> algos;
+  // Parallel to algos, each > 0 (empty: all 1). Weights let a soak aim its volume: the unfused
+  // path also runs the forced fused calls that fall back, so at equal weights it gets more calls.
+  std::vector<uint32_t> algo_weights;
   std::vector<int64_t> hiddens;  // ascending, multiples of 8, <= max_hidden
   int64_t max_tokens = 2048;
   TokenMix mix = TokenMix::kEngine;
@@ -105,6 +108,9 @@ class Rng {
   int64_t log_uniform(int64_t lo, int64_t hi);  // log-uniform integer in [lo, hi]
   template <class T>
   const T& pick(const std::vector<T>& v) { return v[below(v.size())]; }
+  // Index i with probability weights[i] / sum; with every weight 1 the same index (and the same
+  // draws from the stream) as pick over as many items, so unweighted schedules do not change.
+  size_t pick_weighted(const std::vector<uint32_t>& weights);
 
  private:
   uint64_t state_;

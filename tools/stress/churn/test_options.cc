@@ -137,5 +137,24 @@ TEST(ChurnOptions, Lists) {
   EXPECT_THROW(parse_algorithm_list(""), std::exception);
 }
 
+TEST(ChurnOptions, AlgorithmWeights) {
+  const AlgorithmDraw d = parse_algorithm_list("twoshot:3,unfused,twoshot:3,oneshot_pull:1000");
+  EXPECT_EQ(d.algos, (std::vector<arfAlgorithm_t>{arfAlgoTwoshot, arfAlgoUnfused, arfAlgoOneshotPull}));
+  EXPECT_EQ(d.weights, (std::vector<uint32_t>{3, 1, 1000}));
+  EXPECT_EQ(parse_algorithm_list("unfused,unfused:1").weights, (std::vector<uint32_t>{1}));
+  for (const char* bad : {"unfused:2,unfused", "unfused:0", "unfused:", "unfused:x", "unfused:2x",
+                          "unfused:-1", "unfused:1001", "unfused:99999999999999999999", "nosuch:2"}) {
+    EXPECT_THROW(parse_algorithm_list(bad), std::invalid_argument) << bad;
+  }
+  const Parsed p = parse({"-a", "oneshot_lamport:2,unfused"});
+  ASSERT_TRUE(p.o);
+  EXPECT_EQ(p.o->algo_weights, (std::vector<uint32_t>{2, 1}));
+  EXPECT_EQ(schedule_options(*p.o).algo_weights, p.o->algo_weights);
+  EXPECT_FALSE(parse({"-a", "unfused:0"}).o);
+  const Parsed defaults = parse({});
+  ASSERT_TRUE(defaults.o);
+  EXPECT_EQ(defaults.o->algo_weights, std::vector<uint32_t>(defaults.o->algos.size(), 1));
+}
+
 }  // namespace
 }  // namespace arf::churn

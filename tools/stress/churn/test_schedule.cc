@@ -69,6 +69,34 @@ TEST(ChurnSchedule, IdenticalOnEveryRankAndSeedDependent) {
   EXPECT_LT(same_as_other_seed, 40);
 }
 
+// Weights move the draw between algorithms and nothing else; weights all 1 are the unweighted
+// schedule call for call (a seed's replay does not depend on whether weights were spelled out).
+TEST(ChurnSchedule, AlgorithmWeights) {
+  Fixture fx;
+  ScheduleOptions ones = fx.o;
+  ones.algo_weights.assign(ones.algos.size(), 1);
+  Generator plain(fx.o, &fx.table, fx.oracle), spelled(ones, &fx.table, fx.oracle);
+  for (int i = 0; i < 4000; ++i) ASSERT_EQ(replay_csv_row(plain.next()), replay_csv_row(spelled.next())) << i;
+
+  ScheduleOptions w = fx.o;
+  w.algos = {arfAlgoOneshotLamport, arfAlgoTwoshot, arfAlgoUnfused};
+  w.algo_weights = {2, 2, 1};
+  BoundaryTable table = BoundaryTable::probe(w, fx.oracle);
+  Generator g(w, &table, fx.oracle);
+  std::map<arfAlgorithm_t, int> drawn;
+  int forced = 0;
+  for (int i = 0; i < 30000; ++i) {
+    const CallSpec c = g.next();
+    if (c.pattern == Pat::kFlat) continue;  // flat is always auto
+    ++drawn[c.algorithm];
+    ++forced;
+  }
+  EXPECT_EQ(drawn.size(), 3u);
+  EXPECT_NEAR(drawn[arfAlgoOneshotLamport] / double(forced), 0.4, 0.015);
+  EXPECT_NEAR(drawn[arfAlgoTwoshot] / double(forced), 0.4, 0.015);
+  EXPECT_NEAR(drawn[arfAlgoUnfused] / double(forced), 0.2, 0.015);
+}
+
 TEST(ChurnSchedule, MixHiddenAndTransitions) {
   Fixture fx;
   Generator g(fx.o, &fx.table, fx.oracle);
