@@ -3,6 +3,8 @@
 #   size      no tracked source file (.h .hpp .cc .cpp .cu .cuh .py) over 800 lines, the hard limit
 #             of the style guide; a file that was already over it when the check came in is listed
 #             in size_ceilings below and may not grow past its count then (it must be split).
+#   held      every library change waiting in held/ (a git format-patch file) still applies to the
+#             tree (`git apply --check`; skipped outside a git checkout).
 #   comments  no comment (or Python docstring) in src/ include/ bench/ tools/ tests/ scripts/
 #             python/ that sends the reader to a document this repository does not hold: an issue
 #             number, a seed write-up, a numbered design rule. A comment states the contract or the
@@ -106,6 +108,17 @@ if [[ -n $refs ]]; then
     printf '%s\n' "$refs" | sed 's/^/check_tree: warning: /'
     echo "check_tree: warning: $count comment(s) cite an issue, a seed write-up or a design rule (report only: comment_check_enforcing=0)"
   fi
+fi
+
+# ---- held ----------------------------------------------------------------------------------
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  for p in held/*.patch; do
+    [[ -e $p ]] || continue
+    if ! git apply --check "$p" 2>/dev/null; then
+      echo "check_tree: $p no longer applies to the tree: rebase it (git am, fix, git format-patch)"
+      status=1
+    fi
+  done
 fi
 
 ((status == 0)) && echo "check_tree: OK (size limit $max_lines lines; comment check $([[ $comment_check_enforcing == 1 ]] && echo enforcing || echo report-only))"
