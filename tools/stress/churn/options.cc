@@ -137,17 +137,13 @@ AlgorithmDraw parse_algorithm_list(const std::string& list) {
     uint32_t weight = 1;
     if (colon != std::string::npos) {
       const std::string w = item.substr(colon + 1);
-      size_t used = 0;
-      unsigned long v = 0;
-      try {
-        v = std::stoul(w, &used);
-      } catch (const std::exception&) {
-        used = std::string::npos;
-      }
-      if (w.empty() || used != w.size() || w[0] == '-' || v == 0 || v > 1000) {
+      // Digits only and at most 4 of them, so std::stoul can neither throw nor wrap.
+      const bool digits =
+          !w.empty() && w.size() <= 4 && w.find_first_not_of("0123456789") == std::string::npos;
+      weight = digits ? static_cast<uint32_t>(std::stoul(w)) : 0;
+      if (weight == 0 || weight > 1000) {
         throw std::invalid_argument("algorithm weight in '" + item + "': an integer from 1 to 1000");
       }
-      weight = static_cast<uint32_t>(v);
     }
     arfAlgorithm_t a;
     if (arfAlgorithmFromName(name.c_str(), &a) != arfSuccess) {

@@ -38,7 +38,7 @@ struct ChurnOptions {
   std::vector<int64_t> hiddens;  // ascending, <= max_hidden (from --hiddens or the default list)
   std::vector<Pat> patterns;
   std::vector<arfAlgorithm_t> algos;
-  std::vector<uint32_t> algo_weights;  // parallel to algos: algos[i] drawn with probability algo_weights[i] / their sum
+  std::vector<uint32_t> algo_weights;  // parallel to algos: algos[i] drawn with weight algo_weights[i]
 
   // Budget: whichever ends first. calls counts issued calls (skipped ones do not count).
   uint64_t calls = 0;

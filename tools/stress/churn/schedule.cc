@@ -313,7 +313,8 @@ CallSpec Generator::next() {
   if (c.pattern == Pat::kFlat) {
     c.algorithm = arfAlgoAuto;
   } else {
-    c.algorithm = o_.algo_weights.empty() ? rng_.pick(o_.algos) : o_.algos[rng_.pick_weighted(o_.algo_weights)];
+    c.algorithm = o_.algo_weights.empty() ? rng_.pick(o_.algos)
+                                          : o_.algos[rng_.pick_weighted(o_.algo_weights)];
   }
   draw_tokens(&c, hiddens_for(c.pattern, o_.hiddens));
   previous_hidden_ = c.hidden;
