@@ -82,10 +82,15 @@ bool shape_feasible(const CallShape& shape, const StaticFacts& facts, std::strin
 // every rank's CTAs share its SMs, so the NVLink limits above do not apply. Measured on one H200
 // with every rank on it (bench/results/2026-12-02-policy-16897d5: plain all-reduce 16 KiB-64 MiB,
 // residual + RMSNorm at hidden 8192, 1-2048 tokens, every algorithm forced):
-//   2 ranks: oneshot_lamport is 15-31% faster than two-shot up to 1 MiB (all-reduce) / 2 MiB
-//            (fused); above, oneshot_pull is 5-34% faster than two-shot.
+//   2 ranks: oneshot_lamport is 15-31% faster than two-shot up to 2 MiB; above, oneshot_pull is
+//            5-34% faster than two-shot.
 //   4 ranks: oneshot_lamport is 6-38% faster up to 512 KiB; above, oneshot_pull wins the plain
-//            all-reduce by 1-24% and two-shot the fused epilogue by 1-5%.
+//            all-reduce by 1-24%, two-shot the fused epilogue by 1-5% up to 4 MiB and oneshot_pull
+//            it by 2-4% from 8 MiB.
+// The 2-rank plain limit and the 4-rank fused switch to oneshot_pull were re-measured with this
+// rule in place (bench/results/2026-12-02-factors-candidate-policy-b7d3053, policy_summary.txt:
+// plain 2 MiB oneshot_lamport 10.39 vs oneshot_pull 10.83 us; fused 2048 tokens oneshot_pull
+// 276.17 vs two-shot 287.94 us), after the entry change that made oneshot_pull 9% faster there.
 //   8 ranks: two-shot within 2% of the best at every size; oneshot_pull 5-42% and
 //            oneshot_lamport 9-307% slower.
 // Worlds where only some ranks share a device (unmeasured) take two-shot, as all sharing did
@@ -95,14 +100,15 @@ std::optional<Plan> choose_shared_device(const CallShape& shape, const StaticFac
   const bool all_on_one = facts.max_ranks_per_device == facts.world;
   const bool flat = shape.pattern == Pattern::kAllReduce;
   int64_t lamport_limit = 0;
-  Algorithm above = Algorithm::kTwoshot;
+  int64_t pull_above = -1;  // oneshot_pull past the Lamport limit for calls over this (-1: never)
   if (all_on_one && facts.world == 2) {
-    lamport_limit = flat ? 1 * kMiB : 2 * kMiB;
-    above = Algorithm::kOneshotPull;
+    lamport_limit = 2 * kMiB;
+    pull_above = 0;
   } else if (all_on_one && facts.world == 4) {
     lamport_limit = 512 * kKiB;
-    above = flat ? Algorithm::kOneshotPull : Algorithm::kTwoshot;
+    pull_above = flat ? 0 : 4 * kMiB;
   }
+  const Algorithm above = pull_above >= 0 && bytes > pull_above ? Algorithm::kOneshotPull : Algorithm::kTwoshot;
   const std::string sharing = "auto: " + std::to_string(facts.max_ranks_per_device) +
                               " ranks share a device (no links; measured on one GPU)";
   Plan plan;
@@ -117,6 +123,7 @@ std::optional<Plan> choose_shared_device(const CallShape& shape, const StaticFac
     size = bytes > lamport_limit ? ", " + format_bytes(bytes) + "/rank > " + format_bytes(lamport_limit)
                                  : ", oneshot_lamport infeasible";
   }
+  if (pull_above > 0) size += bytes > pull_above ? " and > " + format_bytes(pull_above) : ", <= " + format_bytes(pull_above);
   if (above == Algorithm::kOneshotPull && algorithm_feasible(above, shape, facts, nullptr)) {
     plan.algorithm = above;
     plan.reason = sharing + size + " -> oneshot_pull";

@@ -137,6 +137,8 @@ struct SharedCase {
   Pattern pattern;
   int64_t last_lamport_tokens;  // 0: never oneshot_lamport
   Algorithm above;
+  int64_t last_above_tokens = 0;  // > 0: `above` up to here, then `beyond`
+  Algorithm beyond = Algorithm::kAuto;
 };
 
 class AllOnOneDevice : public ::testing::TestWithParam<SharedCase> {};
@@ -157,10 +159,18 @@ TEST_P(AllOnOneDevice, MeasuredRule) {
       EXPECT_EQ(p.algorithm, Algorithm::kOneshotLamport) << t << " tokens: " << p.reason;
     }
   }
-  for (int64_t t : {c.last_lamport_tokens + 1, int64_t{2048}}) {
+  const int64_t last_above = c.last_above_tokens > 0 ? c.last_above_tokens : 2048;
+  for (int64_t t : {c.last_lamport_tokens + 1, last_above}) {
     const Plan p = plan_at(t);
     EXPECT_EQ(p.algorithm, c.above) << t << " tokens: " << p.reason;
     if (c.last_lamport_tokens > 0) EXPECT_NE(p.reason.find("/rank > "), std::string::npos) << p.reason;
+  }
+  if (c.last_above_tokens > 0) {
+    for (int64_t t : {c.last_above_tokens + 1, int64_t{2048}}) {
+      const Plan p = plan_at(t);
+      EXPECT_EQ(p.algorithm, c.beyond) << t << " tokens: " << p.reason;
+      EXPECT_NE(p.reason.find(" and > "), std::string::npos) << p.reason;
+    }
   }
 }
 
@@ -175,9 +185,10 @@ TEST(AllOnOneDevice, LamportInfeasibleBelowTheLimit) {
 INSTANTIATE_TEST_SUITE_P(
     OneH200, AllOnOneDevice,
     ::testing::Values(SharedCase{2, Pattern::kResidualRmsNorm, 128, Algorithm::kOneshotPull},
-                      SharedCase{2, Pattern::kAllReduce, 64, Algorithm::kOneshotPull},
+                      SharedCase{2, Pattern::kAllReduce, 128, Algorithm::kOneshotPull},
                       SharedCase{2, Pattern::kFp8PerGroup, 128, Algorithm::kOneshotPull},
-                      SharedCase{4, Pattern::kResidualRmsNorm, 32, Algorithm::kTwoshot},
+                      SharedCase{4, Pattern::kResidualRmsNorm, 32, Algorithm::kTwoshot, 256,
+                                 Algorithm::kOneshotPull},
                       SharedCase{4, Pattern::kAllReduce, 32, Algorithm::kOneshotPull},
                       SharedCase{8, Pattern::kResidualRmsNorm, 0, Algorithm::kTwoshot},
                       SharedCase{8, Pattern::kAllReduce, 0, Algorithm::kTwoshot}),

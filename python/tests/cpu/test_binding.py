@@ -294,7 +294,8 @@ class PlannerTest(unittest.TestCase):
 
     def test_shared_device_follows_the_one_gpu_rule(self):
         # Every rank on one GPU (policy.cc, choose_shared_device): 4 ranks take oneshot_lamport up
-        # to 512 KiB per rank, then two-shot for a fused call; 8 ranks take two-shot at any size.
+        # to 512 KiB per rank, then two-shot for a fused call to 4 MiB (oneshot_pull above); 8
+        # ranks take two-shot at any size.
         four = dict(world_size=4, ranks_per_device=4)
         small = self.plan(four, num_tokens=16, hidden=4096)      # 128 KiB
         large = self.plan(four, num_tokens=128, hidden=4096)     # 1 MiB
