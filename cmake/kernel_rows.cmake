@@ -29,7 +29,7 @@ function(arf_generate_kernel_rows def dir)
     string(REPLACE "," ";" worlds "${CMAKE_MATCH_1}")
     list(TRANSFORM worlds STRIP)
     list(POP_FRONT worlds dtype kernel patterns)
-    # Kernels of the row: worlds (one for the local epilogue) x patterns x 3 vector counts, as
+    # Kernels of the row: worlds (one for the local epilogue) x patterns x 2 vector counts, as
     # kernel_set.h's KernelRow::num_kernels (the CPU tests compare the two).
     list(LENGTH worlds num_worlds)
     if(kernel STREQUAL "kLocalEpilogue")
@@ -42,7 +42,7 @@ function(arf_generate_kernel_rows def dir)
     else()
       set(num_patterns 5)
     endif()
-    math(EXPR declared "${declared} + ${num_worlds} * ${num_patterns} * 3")
+    math(EXPR declared "${declared} + ${num_worlds} * ${num_patterns} * 2")
 
     arf_snake_name(dtype_name ${dtype})
     arf_snake_name(kernel_name ${kernel})

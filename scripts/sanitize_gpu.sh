@@ -40,12 +40,13 @@ for candidate in "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer" \
 done
 [[ -n $sanitizer ]] || skip "compute-sanitizer not found (CUDA toolkit's compute-sanitizer package)"
 
-# Single-rank (world 1, bad calls) and small multi-rank cases of every algorithm and pattern.
+# Single-rank (world 1, bad calls) and small multi-rank cases of every algorithm and pattern; the
+# widest rows (HugeRows: 1024-thread blocks, world 1 staging 192 KiB a CTA).
 # Quantized patterns: every format x algorithm x level at world 1 and 2 (Quant/QuantMatrix), the
 # FP8 edge values, and (memcheck) the programmatic-launch path at world 2.
-memcheck_filter=${ARF_SAN_MEMCHECK_FILTER:-'*/Matrix.*/bf16_ws1_*:*/Matrix.*/bf16_ws2_*:*/Matrix.*/fp16_ws8_ResidualRmsNorm:Graph/GraphReplay.*/Auto_bf16_ws2:BadCalls.*:Quant/QuantMatrix.*/bf16_ws1:Quant/QuantMatrix.*/bf16_ws2:Quant/QuantEdge.*/bf16_ws2:Pdl/ProgrammaticLaunch.*/Auto_ws2'}
-racecheck_filter=${ARF_SAN_RACECHECK_FILTER:-'*/Matrix.*/bf16_ws1_ResidualRmsNorm:*/Matrix.*/bf16_ws2_ResidualRmsNorm:Quant/QuantMatrix.*/bf16_ws1'}
-synccheck_filter=${ARF_SAN_SYNCCHECK_FILTER:-'*/Matrix.*/bf16_ws1_*:*/Matrix.*/bf16_ws2_*:Quant/QuantMatrix.*/bf16_ws1'}
+memcheck_filter=${ARF_SAN_MEMCHECK_FILTER:-'Huge/HugeRows.*_ws1:Huge/HugeRows.*_ws2:*/Matrix.*/bf16_ws1_*:*/Matrix.*/bf16_ws2_*:*/Matrix.*/fp16_ws8_ResidualRmsNorm:Graph/GraphReplay.*/Auto_bf16_ws2:BadCalls.*:Quant/QuantMatrix.*/bf16_ws1:Quant/QuantMatrix.*/bf16_ws2:Quant/QuantEdge.*/bf16_ws2:Pdl/ProgrammaticLaunch.*/Auto_ws2'}
+racecheck_filter=${ARF_SAN_RACECHECK_FILTER:-'Huge/HugeRows.*_ws1:*/Matrix.*/bf16_ws1_ResidualRmsNorm:*/Matrix.*/bf16_ws2_ResidualRmsNorm:Quant/QuantMatrix.*/bf16_ws1'}
+synccheck_filter=${ARF_SAN_SYNCCHECK_FILTER:-'Huge/HugeRows.*_ws1:*/Matrix.*/bf16_ws1_*:*/Matrix.*/bf16_ws2_*:Quant/QuantMatrix.*/bf16_ws1'}
 
 status=0
 note() { echo "$*" | tee -a "$logs/summary.txt"; }

@@ -142,7 +142,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   if (!s.is_ok() || !layout.is_ok()) return fail(s.is_ok() ? layout.status() : s);
   // Load every kernel now: a lazily loaded kernel's first launch would wait behind peers' spinning
   // kernels when ranks share a GPU.
-  if (Status preload = preload_kernels(c.world_size, proto.dtype); !preload.is_ok()) return fail(preload);
+  if (Status preload = preload_kernels(c.world_size, proto.dtype, proto.max_hidden); !preload.is_ok()) return fail(preload);
   Result<std::shared_ptr<Group>> group =
       ipc ? join_ipc(c, proto, layout.value()) : join_local(c, proto, layout.value(), fail);
   if (!group.is_ok()) return group.status();

@@ -16,14 +16,32 @@ inline constexpr int kMaxCtas = 512;
 // of a split call), under CUDA's 2^31-1 limit on gridDim.x; they run one wave of persistent CTAs
 // (policy.h, protocol_free_grid_cap), far below it.
 inline constexpr int kMaxProtocolFreeGrid = 1 << 30;
-// Threads per CTA never exceed this; kernels are built with __launch_bounds__(kMaxBlockThreads,
-// kMinCtasPerSm), which is what lets the planner compute co-residency without asking the runtime.
-inline constexpr int kMaxBlockThreads = 512;
-inline constexpr int kMinCtasPerSm = 2;
-// Each thread owns up to this many 16-byte vectors of a row: 512 threads x 4 x 8 = 16384 columns.
-inline constexpr int kMaxVecsPerThread = 4;
+// Threads per CTA never exceed kMaxBlockThreads. Kernels are built with
+// __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm): ptxas holds every thread to 65536 /
+// (kMaxBlockThreads x kMinCtasPerSm) = 64 registers, so an SM keeps kResidentThreadsPerSm threads
+// of any kernel resident whatever its block: two CTAs of up to 512 threads, one of more. That is
+// what lets the planner compute co-residency without asking the runtime (resident_ctas_per_sm).
+inline constexpr int kMaxBlockThreads = 1024;
+inline constexpr int kMinCtasPerSm = 1;
+inline constexpr int kResidentThreadsPerSm = kMaxBlockThreads * kMinCtasPerSm;
+// Each thread owns up to this many 16-byte vectors of a row: 1024 threads x 2 x 8 = 16384 columns.
+// Two, not more: a third and fourth vector per thread is what made ptxas spill at 64 registers.
+inline constexpr int kMaxVecsPerThread = 2;
 inline constexpr int kElemsPerVec = 8;  // 16 bytes of bf16/fp16
 inline constexpr int kMaxHidden = kMaxBlockThreads * kMaxVecsPerThread * kElemsPerVec;
+// Blocks of up to this many threads run rows up to 8192 columns (2 vectors a thread), two CTAs per
+// SM; only wider rows take larger blocks (launch_plan.h, block_threads_for_row).
+inline constexpr int kNarrowBlockThreads = 512;
+// CTAs of `block` threads an SM is guaranteed to keep resident (the launch bounds above); register
+// use is the only limit that matters here, as shared memory per CTA is sized to fit the same count
+// (kernel_set.h, kMaxStagedRowsSmemBytes). Precondition: 0 < block <= kMaxBlockThreads.
+constexpr int resident_ctas_per_sm(int block) { return kResidentThreadsPerSm / block; }
+// CTAs per SM a kernel that waits for peers may take (policy.h, co_resident_grid_cap): those the
+// SM keeps resident, at most two, the count every tuned limit and soak of blocks up to 512 threads
+// was measured with. Precondition as above.
+constexpr int co_resident_ctas_per_sm(int block) {
+  return resident_ctas_per_sm(block) < 2 ? resident_ctas_per_sm(block) : 2;
+}
 inline constexpr int kLamportBuffers = 3;  // why three: protocol.cuh
 // The Lamport sentinel, -0.0 in both bf16 and fp16: an empty slot (the workspace is filled with it,
 // data never carries it, vec.cuh canonicalises).

@@ -41,7 +41,7 @@ constexpr std::span<const Pattern> patterns_in(PatternSet set) {
 }
 
 // Vectors per thread a kernel is built for (its register arrays are sized to the row).
-inline constexpr std::array<int, 3> kVecCounts = {1, 2, 4};
+inline constexpr std::array<int, 2> kVecCounts = {1, 2};
 static_assert(kVecCounts.back() == kMaxVecsPerThread);
 
 // One row of kernel_set.def. worlds: the world sizes built, 0-padded (none for the local epilogue).
@@ -140,12 +140,12 @@ constexpr bool declared(const KernelKey& key) {
   return false;
 }
 
-// Vectors per thread for a row of row_elems columns in blocks of `block` threads: 1, 2 or 4 (a
-// row needs ceil(row_vecs / block) <= kMaxVecsPerThread).
+// Vectors per thread for a row of row_elems columns in blocks of `block` threads: 1 or 2
+// (precondition: ceil(row_vecs / block) <= kMaxVecsPerThread, as block_threads_for_row's blocks give).
 constexpr int vecs_per_thread(int row_elems, int block) {
   const int row_vecs = (row_elems + kElemsPerVec - 1) / kElemsPerVec;
   const int per_thread = (row_vecs + block - 1) / block;
-  return per_thread <= 1 ? 1 : per_thread <= 2 ? 2 : 4;
+  return per_thread <= 1 ? 1 : 2;
 }
 
 // The algorithms with an all-reduce kernel of their own (unfused runs one of them, nccl NCCL's).
@@ -186,8 +186,8 @@ constexpr KernelKey epilogue_kernel_key(DType dtype, Pattern pattern, int vecs, 
 }
 
 // Rows staged through shared memory (streaming_epilogue.cuh, stream_staged_rows): the kernels that
-// wait for no peer (world 1, the local epilogue) at <= 2 vectors per thread, for the epilogues
-// where staging was measured faster than the register loop (one H200, hidden 8192, the same run:
+// wait for no peer (world 1, the local epilogue), for the epilogues where staging was measured
+// faster than the register loop (one H200, hidden 8192 with 512-thread blocks, the same run:
 // residual + RMSNorm 0.2-20% faster at every token count 1..16384, FP8 per-tensor 3-19% faster
 // but for +4% at 1024 tokens; FP8 per-group 3-10% slower, so it and the patterns not yet measured
 // keep the register loop). Each CTA keeps kStagedRowBuffers rows of input and residual_in in
@@ -200,7 +200,7 @@ constexpr bool stages_rows(const KernelKey& key) {
   const bool staged_epilogue =
       key.pattern == Pattern::kResidualRmsNorm ||
       (key.pattern == Pattern::kFp8PerTensor && key.patterns == PatternSet::kQuant);
-  return streaming && staged_epilogue && key.vecs <= 2;
+  return streaming && staged_epilogue;
 }
 // Dynamic shared memory of a launch of `key` over rows of row_elems columns (0 unless it stages):
 // kStagedRowBuffers x (input row + residual_in row).
@@ -209,12 +209,17 @@ constexpr size_t staged_rows_smem_bytes(const KernelKey& key, int row_elems) {
   const size_t row_vecs = static_cast<size_t>((row_elems + kElemsPerVec - 1) / kElemsPerVec);
   return static_cast<size_t>(kStagedRowBuffers) * 2 * row_vecs * 16;
 }
-// The most any staged launch takes (rows of kMaxBlockThreads x 2 vectors): set once per kernel as
-// its dynamic shared memory limit (launch.cu, preload_kernels). Two CTAs per SM (kMinCtasPerSm)
-// must fit in an SM's 227 KiB.
+// The most any staged launch takes (rows of kMaxBlockThreads x kMaxVecsPerThread vectors): set
+// once per kernel as its dynamic shared memory limit (launch.cu, preload_kernels). A launch takes
+// bytes in proportion to its row, at most kMaxVecsPerThread vectors a thread, so the CTAs an SM
+// keeps resident (resident_ctas_per_sm: kResidentThreadsPerSm threads) must fit in its 227 KiB
+// with kResidentThreadsPerSm x kMaxVecsPerThread vectors of rows, 1 KiB reserved per CTA by the
+// runtime and the kernels' static shared memory (under 1 KiB) beside them.
 inline constexpr size_t kMaxStagedRowsSmemBytes =
-    static_cast<size_t>(kStagedRowBuffers) * 2 * kMaxBlockThreads * 2 * 16;
-static_assert(kMaxStagedRowsSmemBytes * kMinCtasPerSm + 1024 <= 227 * 1024);
+    static_cast<size_t>(kStagedRowBuffers) * 2 * kMaxBlockThreads * kMaxVecsPerThread * 16;
+static_assert(static_cast<size_t>(kStagedRowBuffers) * 2 * kResidentThreadsPerSm * kMaxVecsPerThread * 16 +
+                  resident_ctas_per_sm(kNarrowBlockThreads) * 2 * 1024 <=
+              227 * 1024);
 
 // The host side of a built kernel: its key and its entry point (a kernel takes KernelParams by
 // value). Each row's entries come from its translation unit (kernel_row.cuh, row_kernels); the

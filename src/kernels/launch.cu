@@ -47,7 +47,10 @@ class KernelTable {
     const int dtype = static_cast<int>(key.dtype);
     const int world = key.world == 0 ? 0 : key.world == 1 ? 1 : key.world == 2 ? 2 : key.world == 4 ? 3
                       : key.world == 8 ? 4 : -1;
-    const int vecs = key.vecs == 1 ? 0 : key.vecs == 2 ? 1 : key.vecs == 4 ? 2 : -1;
+    int vecs = -1;
+    for (size_t i = 0; i < kVecCounts.size(); ++i) {
+      if (key.vecs == kVecCounts[i]) vecs = static_cast<int>(i);
+    }
     const int pattern = static_cast<int>(key.pattern);
     if (dtype < 0 || dtype > 1 || world < 0 || vecs < 0 || pattern < 0 || pattern >= kPatterns) return -1;
     int s = dtype;
@@ -159,6 +162,17 @@ cudaError_t launch_kernel(KernelFn kernel, const KernelKey& key, int grid, int b
   return cudaLaunchKernelEx(&config, kernel, params);
 }
 
+// The kernels exist for 1 and 2 vectors a thread: a block that leaves more of a row per thread
+// would drop vectors. The planner's blocks (block_threads_for_row) always cover; this keeps a
+// planner change from turning into lost outputs.
+Status check_block_covers_row(const LaunchPlan& plan, int row_elems) {
+  const int row_vecs = (row_elems + kElemsPerVec - 1) / kElemsPerVec;
+  if ((row_vecs + plan.block - 1) / plan.block <= kMaxVecsPerThread) return Status::ok();
+  return internal_error("plan's block of " + std::to_string(plan.block) + " threads leaves more than " +
+                        std::to_string(kMaxVecsPerThread) + " vectors a thread of a row of " +
+                        std::to_string(row_elems) + " columns");
+}
+
 Status check_launch(const char* what, cudaError_t err) {
   if (err == cudaSuccess) return Status::ok();
   return Status(arfCudaError, std::string("launch of ") + what + " failed: " + cudaGetErrorString(err));
@@ -231,6 +245,7 @@ Status launch(const LaunchPlan& plan, Pattern pattern, DType dtype, const Kernel
   if (plan.block <= 0 || plan.block > kMaxBlockThreads || plan.block % 32 != 0 || plan.grid <= 0) {
     return internal_error("plan has an invalid launch shape");
   }
+  ARF_RETURN_IF_ERROR(check_block_covers_row(plan, params.row_elems));
   const CallKernels call = call_kernels(plan, pattern, dtype, params.world, params.fallback_level, params.row_elems);
   if (call.count == 0) return internal_error("no all-reduce kernel for this algorithm");
   Result<std::array<KernelFn, 2>> fns = find_kernels(call);
@@ -246,6 +261,7 @@ Status launch_epilogue(const LaunchPlan& plan, Pattern pattern, DType dtype, con
                        cudaStream_t stream) {
   if (pattern == Pattern::kAllReduce) return internal_error("allreduce has no epilogue");
   if (dtype != DType::kBf16 && dtype != DType::kFp16) return unsupported("activation dtype must be bf16 or fp16");
+  ARF_RETURN_IF_ERROR(check_block_covers_row(plan, params.row_elems));
   CallKernels call;
   call.keys[0] = epilogue_kernel_key(dtype, pattern, vecs_per_thread(params.row_elems, plan.block), false);
   call.count = 1;
@@ -255,7 +271,7 @@ Status launch_epilogue(const LaunchPlan& plan, Pattern pattern, DType dtype, con
                       launch_kernel(fns.value()[0], call.keys[0], epilogue_grid(plan, params), plan.block, params, stream));
 }
 
-Status preload_kernels(int world, DType dtype) {
+Status preload_kernels(int world, DType dtype, int64_t max_hidden) {
   cudaFuncAttributes attr;
   ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, shared_device_gate_kernel));
 #if defined(ARF_DIAGNOSTIC_KERNEL_SUBSET)
@@ -265,15 +281,31 @@ Status preload_kernels(int world, DType dtype) {
   if (world != 1 && world != 2 && world != 4 && world != 8) {
     return unsupported("world size " + std::to_string(world) + " has no kernels (1, 2, 4, 8)");
   }
+  if (max_hidden < 1 || max_hidden > kMaxHidden) return internal_error("max_hidden out of range");
+  int device = 0, optin = 0;
+  ARF_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  ARF_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   for (const KernelEntry& e : kernel_table().entries()) {
     if (e.key.dtype != dtype || (e.key.world != 0 && e.key.world != world)) continue;
     const void* fn = reinterpret_cast<const void*>(e.fn);
     ARF_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, fn));
-    // Staged rows take more than the default 48 KiB of dynamic shared memory (set per device:
-    // the communicator's device is current here).
+    // Staged rows take more than the default 48 KiB of dynamic shared memory: up to 192 KiB at
+    // 16384 columns, which Hopper allows a block (227 KiB) and earlier GPUs may not (A100 163 KiB,
+    // sm_86/89 99 KiB), so the limit is what this communicator's widest row takes, checked
+    // against the device here rather than failing at a launch.
     if (stages_rows(e.key)) {
+      const size_t bytes = staged_rows_smem_bytes(e.key, static_cast<int>(max_hidden));
+      if (bytes + attr.sharedSizeBytes > static_cast<size_t>(optin)) {
+        const size_t per_column = static_cast<size_t>(kStagedRowBuffers) * 2 * 16 / kElemsPerVec;
+        const size_t widest = (static_cast<size_t>(optin) - attr.sharedSizeBytes) / per_column /
+                              kElemsPerVec * kElemsPerVec;
+        return unsupported("max_hidden " + std::to_string(max_hidden) + " needs " + std::to_string(bytes) +
+                           " bytes of shared memory per block for staged rows, and this device allows " +
+                           std::to_string(optin - static_cast<int>(attr.sharedSizeBytes)) +
+                           ": create the communicator with max_hidden <= " + std::to_string(widest));
+      }
       ARF_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(kMaxStagedRowsSmemBytes)));
+                                                    static_cast<int>(bytes)));
     }
   }
   return Status::ok();

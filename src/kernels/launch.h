@@ -34,8 +34,11 @@ Status launch_epilogue(const LaunchPlan& plan, Pattern pattern, DType dtype, con
                        cudaStream_t stream);
 
 // Loads every kernel a communicator of `world` ranks and `dtype` can launch (cudaFuncGetAttributes
-// forces the module load). Call once at init: with lazy module loading the first launch of a kernel
-// loads it, which on a GPU shared by several ranks waits behind peers' spinning kernels.
-Status preload_kernels(int world, DType dtype);
+// forces the module load) and sets each staged kernel's dynamic shared memory limit to what its
+// widest row (max_hidden columns) takes. Call once at init, with the communicator's device
+// current: with lazy module loading the first launch of a kernel loads it, which on a GPU shared
+// by several ranks waits behind peers' spinning kernels. Unsupported when max_hidden's staged rows
+// need more shared memory per block than the device allows (Hopper takes 16384 columns).
+Status preload_kernels(int world, DType dtype, int64_t max_hidden);
 
 }  // namespace arf

@@ -28,16 +28,19 @@ struct LaunchPlan {
 };
 
 // Threads per CTA for a row of row_elems columns: one 16-byte vector per thread up to
-// kMaxBlockThreads, then up to kMaxVecsPerThread vectors each; 0 when no block can hold the row.
-// A pure function of the shape, shared by the planner and the launcher so that fused and unfused
-// kernels reduce a row identically.
+// kNarrowBlockThreads, then two each up to 8192 columns (so every row an engine of today runs keeps
+// the 512-thread block, two CTAs per SM), then ceil(vectors / 2) threads rounded up to whole warps,
+// up to kMaxBlockThreads (2 vectors each at most: kMaxVecsPerThread); 0 when no block can hold the
+// row. A pure function of the shape, shared by the planner and the launcher so that fused and
+// unfused kernels reduce a row identically.
 inline int block_threads_for_row(int row_elems) {
   if (row_elems <= 0) return 0;
   const int64_t vecs = ceil_div(row_elems, kElemsPerVec);
-  const int64_t threads = std::min<int64_t>(kMaxBlockThreads, round_up(vecs, 32));
+  const int64_t narrow = std::min<int64_t>(kNarrowBlockThreads, round_up(vecs, 32));
+  if (vecs <= narrow * kMaxVecsPerThread) return static_cast<int>(narrow);
+  const int64_t wide = round_up(ceil_div(vecs, kMaxVecsPerThread), 32);
   // Past kMaxHidden a thread would need more than kMaxVecsPerThread vectors (registers it lacks).
-  if (vecs > threads * kMaxVecsPerThread) return 0;
-  return static_cast<int>(threads);
+  return wide <= kMaxBlockThreads ? static_cast<int>(wide) : 0;
 }
 
 }  // namespace arf

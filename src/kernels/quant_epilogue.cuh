@@ -76,7 +76,7 @@ __device__ __forceinline__ void zero_scale_padding(const KernelParams& p, quant:
 }
 
 // The rounded norm of the thread's vectors, kept packed (4 registers a vector instead of 8) and
-// unpacked where used: the 64-register budget of a 512-thread CTA is tight.
+// unpacked where used: the 64-register budget of the launch bounds is tight.
 template <int kVecs>
 using RowValues = uint4[kVecs];
 

@@ -83,7 +83,7 @@ struct BlockReducer {
 // partials of consecutive reductions alternate between two arrays. A warp writes reduction j+2's
 // partial only after passing reduction j+1's barrier, which every warp reaches only after reading
 // reduction j's partials, so no write meets a read of the same array. The warp partials are read as
-// float4s (4 loads instead of 16) and summed in the order block_reduce sums them. Every thread of
+// float4s (8 loads instead of 32) and summed in the order block_reduce sums them. Every thread of
 // the CTA must call reduce() the same number of times (the streaming kernel's rows are uniform).
 __device__ __forceinline__ float* alternating_partials(int parity) {
   __shared__ __align__(16) float partials[2][kMaxBlockThreads / 32];
@@ -258,8 +258,8 @@ __device__ __forceinline__ uint4 norm_vec(const uint4& res, const float (&g)[8],
 // activation dtype is held in registers for the CTA's whole life when a thread owns at most two
 // vectors (4 registers a vector). Otherwise gamma is only pulled into L2 and loaded while the
 // row's sum of squares is reduced: a kernel that waits for peers has time for the L2 prefetch to
-// land, and its registers go to the peers' values (the 64-register budget of a 512-thread CTA);
-// four vectors, or fp32 gamma (8 registers a vector), cannot spare them either.
+// land, and its registers go to the peers' values (the 64-register budget of the launch bounds);
+// two vectors of fp32 gamma (8 registers a vector) cannot spare them either.
 template <typename T, int kVecsPerThread, bool kStreaming = false>
 struct ResidualRmsNormEpilogue : NoScalePadding {
   static constexpr int kVecs = kVecsPerThread;

@@ -1,17 +1,15 @@
 // The row loop of every kernel without a protocol (world 1: oneshot_lamport_kernel<T, 1, E>; the
-// second kernel of a split call: local_epilogue_kernel): a persistent grid of at most
-// kMinCtasPerSm CTAs per SM (policy.h, protocol_free_grid_cap) streams rows b, b + G, ... and
-// keeps the memory system busy across the rows' reductions, in one of three ways:
-//  - staged rows (epilogues whose kStagesRows is set, at <= 2 vectors per thread: kernel_set.h,
-//    stages_rows, says which and the measurements behind it): kStagedRowBuffers rows of input and
+// second kernel of a split call: local_epilogue_kernel): a persistent grid of the CTAs every SM
+// keeps resident (policy.h, protocol_free_grid_cap) streams rows b, b + G, ... and keeps the
+// memory system busy across the rows' reductions, in one of two ways:
+//  - staged rows (epilogues whose kStagesRows is set: kernel_set.h, stages_rows, says which and
+//    the measurements behind it): kStagedRowBuffers rows of input and
 //    residual_in per CTA are copied into shared memory by cp.async, so kStagedRowBuffers - 1 rows
 //    are in flight while one is reduced, normalised and stored, without registers held for them
 //    (registers cap the CTAs per SM, and so the bytes in flight, of the register loop; capping
 //    them for more CTAs spills: tests/experiments/stream_variants.cu);
-//  - software pipelining (the other epilogues at <= 2 vectors): at the top of each row the next
-//    row's input and residual_in are loaded into a second set of registers;
-//  - neither (four vectors per thread, hidden > 8192: no registers for a second row, no shared
-//    memory for kStagedRowBuffers rows at two CTAs per SM); the second CTA of the SM overlaps.
+//  - software pipelining (the other epilogues): at the top of each row the next row's input and
+//    residual_in are loaded into a second set of registers.
 // In every way per-CTA state (gamma in registers, scale_in, scale addressing: the epilogue's
 // cta_state) is loaded once, not once a row, and a block reduction costs one barrier
 // (AlternatingReducer). The epilogue code, the thread -> element map (RowSlice) and the block

@@ -193,24 +193,24 @@ Result<Plan> choose_auto(const CallShape& shape, const StaticFacts& facts) {
 
 }  // namespace
 
-int co_resident_grid_cap(const StaticFacts& facts) {
+int co_resident_grid_cap(const StaticFacts& facts, int block) {
   // Spinning CTAs of every rank sharing a device must all be resident at once, or a waiting CTA can
-  // occupy the slot its peer needs and the wait never ends. kernels are built with
-  // __launch_bounds__(kMaxBlockThreads, kMinCtasPerSm), which guarantees kMinCtasPerSm per SM.
+  // occupy the slot its peer needs and the wait never ends (kernel_params.h, co_resident_ctas_per_sm).
   const int ranks = std::max(1, facts.max_ranks_per_device);
-  const int64_t cap = static_cast<int64_t>(kMinCtasPerSm) * facts.min_sm_count / ranks;
+  const int per_sm = co_resident_ctas_per_sm(std::clamp(block, 1, kMaxBlockThreads));
+  const int64_t cap = static_cast<int64_t>(per_sm) * facts.min_sm_count / ranks;
   return static_cast<int>(std::clamp<int64_t>(cap, 1, kMaxCtas));
 }
 
 int protocol_free_grid_cap(const StaticFacts& facts, int block) {
-  const int per_sm = std::min(32, kMinCtasPerSm * std::max(1, kMaxBlockThreads / std::max(block, 1)));
+  const int per_sm = std::min(32, resident_ctas_per_sm(std::clamp(block, 1, kMaxBlockThreads)));
   const int64_t cap = static_cast<int64_t>(per_sm) * std::max(1, facts.min_sm_count);
   return static_cast<int>(std::clamp<int64_t>(cap, 1, kMaxProtocolFreeGrid));
 }
 
 int grid_cap(const Plan& plan, const StaticFacts& facts) {
   const bool protocol_free = facts.world == 1 && plan.inner_allreduce == Algorithm::kOneshotLamport;
-  return protocol_free ? protocol_free_grid_cap(facts, plan.block) : co_resident_grid_cap(facts);
+  return protocol_free ? protocol_free_grid_cap(facts, plan.block) : co_resident_grid_cap(facts, plan.block);
 }
 
 bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const StaticFacts& facts,

@@ -10,14 +10,15 @@
 
 namespace arf {
 
-// Largest grid any rank may launch so that all ranks sharing a device co-reside:
-// kMinCtasPerSm * min_sm_count / max_ranks_per_device, clamped to [1, kMaxCtas].
-int co_resident_grid_cap(const StaticFacts& facts);
+// Largest grid of `block`-thread CTAs any rank may launch so that all ranks sharing a device
+// co-reside: min(2, resident_ctas_per_sm(block)) * min_sm_count / max_ranks_per_device (two CTAs
+// per SM for blocks up to 512 threads, one above), clamped to [1, kMaxCtas].
+int co_resident_grid_cap(const StaticFacts& facts, int block);
 
 // Grid of the streaming kernels (kernels without a protocol: src/kernels/streaming_epilogue.cuh):
-// one wave of resident CTAs, each looping over rows b, b + G, ...: kMinCtasPerSm CTAs of
-// kMaxBlockThreads threads per SM (the __launch_bounds__ guarantee; a smaller block fits
-// proportionally more, up to the hardware's 32 per SM) times min_sm_count.
+// one wave of resident CTAs, each looping over rows b, b + G, ...: resident_ctas_per_sm(block)
+// per SM (the __launch_bounds__ guarantee, kResidentThreadsPerSm threads; at most the hardware's
+// 32 CTAs) times min_sm_count.
 int protocol_free_grid_cap(const StaticFacts& facts, int block);
 
 // The grid cap of a plan. Kernels that wait for peers or keep per-CTA protocol state (epochs and

@@ -39,8 +39,30 @@ TEST(BlockThreads, HiddenSizesOfRealModels) {
   EXPECT_EQ(block_threads_for_row(4096), 512);
   EXPECT_EQ(block_threads_for_row(5120), 512);  // 640 vectors: 2 per thread for some
   EXPECT_EQ(block_threads_for_row(7168), 512);
-  EXPECT_EQ(block_threads_for_row(8192), 512);
-  EXPECT_EQ(block_threads_for_row(16384), 512);  // exactly kMaxVecsPerThread per thread
+  EXPECT_EQ(block_threads_for_row(8192), 512);    // the widest row of the 512-thread block
+  EXPECT_EQ(block_threads_for_row(8200), 544);    // 1025 vectors: 513 threads' worth, whole warps
+  EXPECT_EQ(block_threads_for_row(12288), 768);   // 1536 vectors, 2 each
+  EXPECT_EQ(block_threads_for_row(16384), 1024);  // exactly kMaxVecsPerThread per thread
+}
+
+// Every row gets a block of whole warps within kMaxBlockThreads that covers it with at most
+// kMaxVecsPerThread vectors a thread, and no wider block than it needs: up to 8192 columns at most
+// 512 threads; past it the fewest warps that hold the row at 2 vectors a thread.
+TEST(BlockThreads, EveryRowCoveredByTheNarrowestBlock) {
+  for (int row = 1; row <= kMaxHidden; ++row) {
+    const int block = block_threads_for_row(row);
+    const int vecs = (row + kElemsPerVec - 1) / kElemsPerVec;
+    ASSERT_GT(block, 0) << row;
+    ASSERT_EQ(block % 32, 0) << row;
+    ASSERT_LE(block, kMaxBlockThreads) << row;
+    ASSERT_LE(vecs, block * kMaxVecsPerThread) << row;
+    if (row <= 8192) {
+      ASSERT_LE(block, kNarrowBlockThreads) << row;
+      ASSERT_EQ(block, std::min(kNarrowBlockThreads, (vecs + 31) / 32 * 32)) << row;
+    } else {
+      ASSERT_GT(vecs, (block - 32) * kMaxVecsPerThread) << row;  // a warp fewer would not hold it
+    }
+  }
 }
 
 TEST(BlockThreads, EdgesAndInfeasible) {
@@ -52,15 +74,33 @@ TEST(BlockThreads, EdgesAndInfeasible) {
 }
 
 TEST(GridCap, CoResidencyAcrossVirtualRanks) {
-  EXPECT_EQ(co_resident_grid_cap(facts_for(8, 1)), 264);
-  EXPECT_EQ(co_resident_grid_cap(facts_for(8, 8)), 33);
-  EXPECT_EQ(co_resident_grid_cap(facts_for(4, 4)), 66);
+  EXPECT_EQ(co_resident_grid_cap(facts_for(8, 1), 512), 264);
+  EXPECT_EQ(co_resident_grid_cap(facts_for(8, 8), 512), 33);
+  EXPECT_EQ(co_resident_grid_cap(facts_for(4, 4), 512), 66);
+  EXPECT_EQ(co_resident_grid_cap(facts_for(4, 4), 32), 66);  // two per SM, however small the block
   StaticFacts tiny = facts_for(8, 8);
   tiny.min_sm_count = 1;  // 2 / 8 rounds to 0: still one CTA
-  EXPECT_EQ(co_resident_grid_cap(tiny), 1);
+  EXPECT_EQ(co_resident_grid_cap(tiny, 512), 1);
   StaticFacts huge = facts_for(2, 1);
   huge.min_sm_count = 1000;
-  EXPECT_EQ(co_resident_grid_cap(huge), kMaxCtas);
+  EXPECT_EQ(co_resident_grid_cap(huge, 512), kMaxCtas);
+}
+
+// Blocks wider than 512 threads (rows past 8192 columns) keep one CTA per SM resident, not two.
+TEST(GridCap, WideBlocksHalveTheCoResidentGrid) {
+  EXPECT_EQ(co_resident_grid_cap(facts_for(8, 1), 544), 132);
+  EXPECT_EQ(co_resident_grid_cap(facts_for(8, 8), 1024), 16);
+  EXPECT_EQ(co_resident_grid_cap(facts_for(2, 2), 768), 66);
+  EXPECT_EQ(protocol_free_grid_cap(facts_for(1, 1), 1024), 132);
+  EXPECT_EQ(protocol_free_grid_cap(facts_for(1, 1), 544), 132);
+  EXPECT_EQ(protocol_free_grid_cap(facts_for(1, 1), 512), 264);
+  const StaticFacts f = facts_for(8, 8, 16384, 16384);
+  for (int hidden : {8200, 12288, 16384}) {
+    const Plan p = plan_ok(fused(4096, hidden, Algorithm::kTwoshot), f);
+    EXPECT_EQ(p.grid, 16) << hidden;  // 132 SMs / 8 ranks, rounded down
+    EXPECT_GT(p.block, kNarrowBlockThreads) << hidden;
+  }
+  EXPECT_EQ(plan_ok(fused(4096, 8192, Algorithm::kTwoshot), f).grid, 33);  // 512 threads: 2 per SM
 }
 
 TEST(Auto, WorldOneIsEpilogueOnly) {
@@ -267,7 +307,7 @@ TEST(Grid, OneCtaPerRowUpToTheCap) {
 }
 
 // World 1 runs no protocol with Lamport (or unfused over Lamport): a streaming kernel, one wave of
-// kMinCtasPerSm CTAs of 512 threads per SM (more of a smaller block). Forced pull and twoshot keep
+// two CTAs of 512 threads per SM (more of a smaller block, one of a wider one). Forced pull and twoshot keep
 // the co-resident grid their plan reports at world 1 too; with nothing to exchange they run the
 // streaming kernel (kernel_set.h), which covers the rows at any grid.
 TEST(Grid, WorldOneLamportIsOneStreamingWave) {
@@ -277,9 +317,10 @@ TEST(Grid, WorldOneLamportIsOneStreamingWave) {
   EXPECT_EQ(plan_ok(fused(16384, 4096, Algorithm::kUnfused), f).grid, 264);
   EXPECT_EQ(plan_ok(fused(16384, 2048), f).grid, 528);  // 256 threads: 4 per SM
   EXPECT_EQ(plan_ok(fused(16384, 256), f).grid, 32 * 132);  // 32 threads: the 32-CTA hardware limit
-  EXPECT_EQ(plan_ok(fused(16384, 4096, Algorithm::kTwoshot), f).grid, co_resident_grid_cap(f));
-  EXPECT_EQ(plan_ok(fused(16384, 4096, Algorithm::kOneshotPull), f).grid, co_resident_grid_cap(f));
-  EXPECT_EQ(plan_ok(fused(3000, 4096), facts_for(2, 1, 16384)).grid, co_resident_grid_cap(facts_for(2, 1)));
+  EXPECT_EQ(plan_ok(fused(16384, 16384), facts_for(1, 1, 16384, 16384)).grid, 132);  // 1024 threads: 1 per SM
+  EXPECT_EQ(plan_ok(fused(16384, 4096, Algorithm::kTwoshot), f).grid, co_resident_grid_cap(f, 512));
+  EXPECT_EQ(plan_ok(fused(16384, 4096, Algorithm::kOneshotPull), f).grid, co_resident_grid_cap(f, 512));
+  EXPECT_EQ(plan_ok(fused(3000, 4096), facts_for(2, 1, 16384)).grid, co_resident_grid_cap(facts_for(2, 1), 512));
 }
 
 // The second kernel of a split call is a streaming kernel too, at any world size.
@@ -344,7 +385,7 @@ TEST(Symmetry, RandomShapesDeterministicAndWithinLimits) {
     ASSERT_EQ(p.epilogue_grid, std::min<int64_t>(std::max<int64_t>(s.num_rows, 1),
                                                  protocol_free_grid_cap(f, p.block)));
     ASSERT_LE(p.epilogue_grid, 32 * f.min_sm_count);
-    if (world > 1) ASSERT_LE(p.grid, co_resident_grid_cap(f));
+    if (world > 1) ASSERT_LE(p.grid, co_resident_grid_cap(f, p.block));
     ASSERT_EQ(p.block, block_threads_for_row(s.row_elems));
     ASSERT_TRUE(algorithm_feasible(p.inner_allreduce, s, f, nullptr));
 

@@ -33,6 +33,8 @@ namespace {
 
 using arf::KernelParams;
 using T = __nv_bfloat16;
+// The experiment's rows are 8192 columns: the library's 512-thread block, 2 vectors a thread.
+constexpr int kBlock = arf::kNarrowBlockThreads;
 
 #define CHECK(x)                                                                       \
   do {                                                                                 \
@@ -45,7 +47,7 @@ using T = __nv_bfloat16;
 
 // Rows through registers (stream_register_rows: the library's loop before rows were staged).
 template <typename E, bool kPipe, int kMinBlocks>
-__global__ void __launch_bounds__(arf::kMaxBlockThreads, kMinBlocks) variant_kernel(const KernelParams p) {
+__global__ void __launch_bounds__(kBlock, kMinBlocks) variant_kernel(const KernelParams p) {
   arf::stream_register_rows<E, true, kPipe>(p);
 }
 
@@ -70,7 +72,8 @@ template <typename E>
 std::vector<Variant> variants() {
   return {
       {"registers_pipelined_2", &variant_kernel<E, true, 2>, 2, GridRule::kPersistent},
-      {"staged (library's)", &staged_kernel<E>, arf::kMinCtasPerSm, GridRule::kPersistent, arf::kStagedRowBuffers},
+      {"staged (library's)", &staged_kernel<E>, arf::resident_ctas_per_sm(kBlock), GridRule::kPersistent,
+       arf::kStagedRowBuffers},
       {"registers_plain_2", &variant_kernel<E, false, 2>, 2, GridRule::kPersistent},
       {"registers_pipelined_3", &variant_kernel<E, true, 3>, 3, GridRule::kPersistent},
       {"registers_plain_2_per_row", &variant_kernel<E, false, 2>, 2, GridRule::kPerRow},
@@ -208,7 +211,7 @@ void run_pattern(const Pattern& pat, const Args& a, int sms, double copy) {
       p.fallback_level = 1;
       return p;
     };
-    const int block = std::min(arf::kMaxBlockThreads, (a.hidden / arf::kElemsPerVec + 31) / 32 * 32);
+    const int block = std::min(kBlock, (a.hidden / arf::kElemsPerVec + 31) / 32 * 32);
     auto grid_of = [&](const Variant& v) {
       return v.grid == GridRule::kPerRow ? tokens : std::min(tokens, v.ctas_per_sm * sms);
     };
@@ -304,7 +307,7 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const double copy = copy_gbps();
   std::printf("# %d SMs, copy %.0f GB/s (read + write); block %d\n", sms, copy,
-              std::min(arf::kMaxBlockThreads, (a.hidden / arf::kElemsPerVec + 31) / 32 * 32));
+              std::min(kBlock, (a.hidden / arf::kElemsPerVec + 31) / 32 * 32));
   if (a.hidden != 8192) {
     std::fprintf(stderr, "this build instantiates 2 vectors per thread (hidden 8192) only\n");
     return 2;

@@ -63,8 +63,9 @@ constexpr arfFallbackLevel_t kLevels[] = {arfFallbackOneKernel, arfFallbackTwoKe
                                           arfFallbackThreeKernels};
 
 std::vector<int64_t> hidden_sizes(arfPattern_t pattern) {
-  if (pattern == arfPatternResidualRmsNormFp8PerGroup) return {2048, 4096, 7168, 8192};
-  return {2048, 2880, 4096, 7168, 8192};
+  // 16384: blocks of 1024 threads at 2 vectors each (the widest rows).
+  if (pattern == arfPatternResidualRmsNormFp8PerGroup) return {2048, 4096, 7168, 8192, 16384};
+  return {2048, 2880, 4096, 7168, 8192, 16384};
 }
 
 // One batch: every (hidden, tokens) case of one scale format, each case a group of calls on one
@@ -114,6 +115,7 @@ TEST_P(QuantMatrix, EveryFormatAlgorithmAndLevel) {
   WorldOptions options;
   options.world_size = world_size;
   options.dtype = dtype;
+  options.max_hidden = 16384;
   const std::unique_ptr<World> world = World::create(options);
   ASSERT_NE(world, nullptr);
   int rotation = world_size;

@@ -33,7 +33,7 @@ struct ChurnOptions {
   std::vector<int> devices;
   arfDataType_t dtype = arfBFloat16;
   int64_t max_tokens = 2048;
-  int64_t max_hidden = 16384;  // the default hiddens run to 16384 (4 vectors per thread)
+  int64_t max_hidden = 16384;  // the default hiddens run to 16384 (1024-thread blocks)
   int64_t oneshot_max_tokens = 0;
   std::vector<int64_t> hiddens;  // ascending, <= max_hidden (from --hiddens or the default list)
   std::vector<Pat> patterns;
