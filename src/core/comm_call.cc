@@ -123,6 +123,9 @@ Status Communicator::fused_allreduce(const arfFusedArgs_t& caller_args, cudaStre
     p.scale_layout = static_cast<int>(args.scale_layout);
     p.scale_format = static_cast<int>(args.scale_format);
     p.scale_rule = static_cast<int>(args.scale_rule);  // validated: divide unless FP8 dynamic
+    p.scale_addr = quant_scale_addressing(pattern, p.scale_layout, p.scale_format,
+                                          static_cast<int64_t>(args.num_tokens),
+                                          static_cast<int64_t>(args.hidden));
     p.fallback_level = plan.value().fallback_level;
   }
   return launch_checked(plan.value(), pattern, p, stream);

@@ -129,6 +129,16 @@ quant::ScaleStorage quant_scale_storage(Pattern pattern, int format) {
   return format == arfScaleUe8m0Packed ? quant::ScaleStorage::kByte : quant::ScaleStorage::kFp32;
 }
 
+quant::ScaleAddressing quant_scale_addressing(Pattern pattern, int layout, int format,
+                                              int64_t num_tokens, int64_t hidden) {
+  if (quant_group_elems(pattern) == 0 || num_tokens < 0 || hidden <= 0) return {0, 0, 0, 0, 0};
+  if (!quant_hidden_error(pattern, hidden).empty()) return {0, 0, 0, 0, 0};
+  if (!quant_scale_error(pattern, layout, format).empty()) return {0, 0, 0, 0, 0};
+  return quant::scale_addressing(static_cast<quant::ScaleLayout>(layout),
+                                 quant_scale_storage(pattern, format), num_tokens,
+                                 quant_scale_cols(pattern, hidden));
+}
+
 int64_t quant_scale_buffer_bytes(Pattern pattern, int layout, int format, int64_t num_tokens,
                                  int64_t hidden) {
   if (!quant_writes_scales(pattern) || num_tokens < 0 || hidden <= 0) return 0;

@@ -64,6 +64,13 @@ std::string quant_scale_rule_error(Pattern pattern, int scale_rule);
 // mxfp4's UE8M0) or one fp32.
 quant::ScaleStorage quant_scale_storage(Pattern pattern, int scale_format);
 
+// The switch-free addressing of scale_out (quant_layout.h ScaleAddressing) for a call of
+// num_tokens rows: what KernelParams::scale_addr carries to the kernels. All zero when the pattern
+// stores no per-block scales (per-tensor, per-token) or the layout, format or hidden size is not
+// legal for it.
+quant::ScaleAddressing quant_scale_addressing(Pattern pattern, int scale_layout, int scale_format,
+                                              int64_t num_tokens, int64_t hidden);
+
 // Bytes scale_out must span, padding included (quant_layout.h's scale_buffer_bytes for the
 // pattern's storage and scale columns). 0 when the pattern writes no scales, or when the hidden
 // size, layout or format is not legal for it (see the two error functions above).

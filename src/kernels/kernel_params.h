@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/quant_layout.h"
+
 namespace arf {
 
 inline constexpr int kMaxRanks = 8;
@@ -172,6 +174,11 @@ struct KernelParams {
   int scale_layout;       // quant::ScaleLayout
   int scale_format;       // kScaleFormat* (arfScaleFormat_t; FP8 per-group)
   int scale_rule;         // quant::Fp8ScaleRule (arfFp8ScaleRule_t; FP8 per-token / per-group)
+  // Where scale (t, c) goes in scale_out (FP8 per-group, NVFP4, MXFP4; zero otherwise), set by the
+  // host once per call. Kernels read it from the parameter bank at each scale store, rare (one
+  // lane in 2, 4 or 16) and not on the row's critical path, instead of holding the coefficients in
+  // registers for the CTA's whole life: under the 64-register cap those registers were spills.
+  quant::ScaleAddressing scale_addr;
   int fallback_level;     // 1, 2 or 3 for quantized patterns (launch.cu), else 1
   // Local [capacity] scratch rows: the all-reduced or normed rows between the kernels of fallback
   // levels 2 and 3 when the caller passes no norm_out. Only this rank touches it.

@@ -185,24 +185,11 @@ struct Fp8PerTokenQuant {
   }
 };
 
-// The scale layout's addressing (quant_layout.h ScaleAddressing: no switch per store) with 32-bit
-// coefficients (each is at most 16 * Tp or 512 * cols bytes); offsets are computed in 64 bits.
-struct ScaleAddr32 {
-  int32_t t7, t5, t0, c2, c0;
-  __device__ static ScaleAddr32 of(const KernelParams& p, quant::ScaleStorage storage, int64_t cols) {
-    const quant::ScaleAddressing a =
-        quant::scale_addressing(static_cast<quant::ScaleLayout>(p.scale_layout), storage, p.num_rows, cols);
-    return {static_cast<int32_t>(a.t7), static_cast<int32_t>(a.t5), static_cast<int32_t>(a.t0),
-            static_cast<int32_t>(a.c2), static_cast<int32_t>(a.c0)};
-  }
-  __device__ int64_t row_part(int t) const {
-    return static_cast<int64_t>(t >> 7) * t7 + static_cast<int64_t>((t >> 5) & 3) * t5 +
-           static_cast<int64_t>(t & 31) * t0;
-  }
-  __device__ int64_t col_part(int c) const {
-    return static_cast<int64_t>(c >> 2) * c2 + static_cast<int64_t>(c & 3) * c0;
-  }
-};
+// Where scale (row, col) of the call goes: the host's coefficients (KernelParams::scale_addr),
+// read from the parameter bank at the store.
+__device__ __forceinline__ char* scale_at(const KernelParams& p, int64_t row, int col) {
+  return static_cast<char*>(p.scale_out) + p.scale_addr.offset(row, col);
+}
 
 // One scale per 1x128 group (16 vectors on 16 lanes): fp32 amax/448, or rounded up to a power of
 // two (UE8M0) stored as fp32 or as packed bytes.
@@ -212,19 +199,14 @@ struct Fp8PerGroupQuant {
   __device__ static quant::ScaleStorage storage(const KernelParams& p) {
     return p.scale_format == kScaleFormatUe8m0Packed ? quant::ScaleStorage::kByte : quant::ScaleStorage::kFp32;
   }
-  struct Cta {
-    ScaleAddr32 addr;
-  };
-  __device__ static Cta cta_state(const KernelParams& p) {
-    return {ScaleAddr32::of(p, storage(p), p.row_elems / quant::kFp8GroupElems)};
-  }
+  struct Cta {};
+  __device__ static Cta cta_state(const KernelParams&) { return {}; }
   __device__ static void write_scale_padding(const KernelParams& p) {
     zero_scale_padding(p, storage(p), p.row_elems / quant::kFp8GroupElems);
   }
   template <typename T, int kVecs, typename Reducer>
   __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v,
-                                  const Cta& cta, Reducer&) {
-    char* const scale_row = static_cast<char*>(p.scale_out) + cta.addr.row_part(static_cast<int>(s.row));
+                                  const Cta&, Reducer&) {
     const bool fp32_scale = p.scale_format == kScaleFormatFp32;
     const bool byte_scale = p.scale_format == kScaleFormatUe8m0Packed;
     const quant::Fp8ScaleRule rule = scale_rule(p);
@@ -247,7 +229,7 @@ struct Fp8PerGroupQuant {
       }
       store_fp8x8(p.quant_out, s.elem(k), codes);
       if (s.vec(k) % kGroupVecs == 0) {
-        char* const at = scale_row + cta.addr.col_part(s.vec(k) / kGroupVecs);
+        char* const at = scale_at(p, s.row, s.vec(k) / kGroupVecs);
         if (byte_scale) {
           *reinterpret_cast<uint8_t*>(at) = code;
         } else {
@@ -269,17 +251,12 @@ struct Fp4Quant {
     zero_scale_padding(p, quant::ScaleStorage::kByte, p.row_elems / kBlockElems);
   }
   struct Cta {
-    ScaleAddr32 addr;
     float global_scale;  // NVFP4's scale_in
   };
-  __device__ static Cta cta_state(const KernelParams& p) {
-    return {ScaleAddr32::of(p, quant::ScaleStorage::kByte, p.row_elems / kBlockElems),
-            kNvfp4 ? *p.scale_in : 0.0f};
-  }
+  __device__ static Cta cta_state(const KernelParams& p) { return {kNvfp4 ? *p.scale_in : 0.0f}; }
   template <typename T, int kVecs, typename Reducer>
   __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v,
                                   const Cta& cta, Reducer&) {
-    char* const scale_row = static_cast<char*>(p.scale_out) + cta.addr.row_part(static_cast<int>(s.row));
     const float global_scale = cta.global_scale;
 #pragma unroll
     for (int k = 0; k < kVecs; ++k) {
@@ -302,7 +279,7 @@ struct Fp4Quant {
       for (int i = 0; i < 8; ++i) c[i] = quant::quantize_e2m1(y[i], mult);
       store_fp4x8(p.quant_out, s.elem(k), c);
       if (s.vec(k) % kBlockVecs == 0) {
-        *reinterpret_cast<uint8_t*>(scale_row + cta.addr.col_part(s.vec(k) / kBlockVecs)) = code;
+        *reinterpret_cast<uint8_t*>(scale_at(p, s.row, s.vec(k) / kBlockVecs)) = code;
       }
     }
   }

@@ -115,8 +115,9 @@ ARF_HD constexpr int64_t scale_byte_offset(ScaleLayout layout, ScaleStorage stor
 // t0 = t % 32) and c = 4 c2 + c0 (c2 = c / 4, c0 = c % 4), so one set of five coefficients per
 // call describes it: row-major (t * cols + c) * bytes, MN-major fp32 (c * Tp + t) * 4, MN-major
 // packed ((c / 4) * Tp + t) * 4 + c % 4, and the 128x4 tiles (tile * 512 + t0 * 16 + t5 * 4 + c0,
-// tile = t7 * col_tiles + c2). A kernel computes a thread's column parts once and a row part once
-// per row (tests/cpu/test_quant_layout.cc: equal to scale_byte_offset on every padded position).
+// tile = t7 * col_tiles + c2). The host computes the coefficients once per call and the kernels
+// read them from their parameters (tests/cpu/test_quant_layout.cc: equal to scale_byte_offset on
+// every padded position).
 struct ScaleAddressing {
   int64_t t7, t5, t0, c2, c0;  // bytes per unit of each field
   ARF_HD constexpr int64_t row_part(int64_t t) const {

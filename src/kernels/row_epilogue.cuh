@@ -140,7 +140,7 @@ __device__ __forceinline__ uint4 ld_row_v4(const void* ptr) {
 }
 
 // An epilogue type turns a row's all-reduced vectors into outputs: cta_state() once per CTA
-// (values every row shares: gamma, scale_in, scale addressing), prefetch() before the row's
+// (values every row shares: gamma, scale_in), prefetch() before the row's
 // all-reduced value is known (residual_in), apply() once it is (with the CTA's block reducer).
 template <typename E>
 concept RowEpilogue = requires(const KernelParams& p, const RowSlice& s,

@@ -10,7 +10,7 @@
 //    them for more CTAs spills: tests/experiments/stream_variants.cu);
 //  - software pipelining (the other epilogues): at the top of each row the next row's input and
 //    residual_in are loaded into a second set of registers.
-// In every way per-CTA state (gamma in registers, scale_in, scale addressing: the epilogue's
+// In every way per-CTA state (gamma in registers, scale_in: the epilogue's
 // cta_state) is loaded once, not once a row, and a block reduction costs one barrier
 // (AlternatingReducer). The epilogue code, the thread -> element map (RowSlice) and the block
 // shape are those of the kernels that wait for peers, so every path still writes the same bits

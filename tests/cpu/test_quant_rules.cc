@@ -136,6 +136,57 @@ TEST(ScaleBufferBytes, MatchesTheLayoutArithmeticEverywhere) {
   EXPECT_GT(legal, 300);
 }
 
+// What the host hands the kernels (KernelParams::scale_addr) puts scale (t, c) of every legal call
+// where quant_layout.h's offset function (the one the CPU reference packs with) puts it, inside the
+// buffer arfScaleBufferBytes sizes; patterns without per-block scales, and illegal calls, get zeros.
+TEST(QuantRules, ScaleAddressingOfACallIsTheLayoutsOffset) {
+  const int64_t token_counts[] = {1, 3, 4, 5, 31, 127, 128, 129, 1000};
+  const int64_t hiddens[] = {2048, 2880, 7168, 8192, 16384};
+  int64_t checked = 0;
+  for (arfPattern_t pattern : kQuantPatterns) {
+    const Pattern p = static_cast<Pattern>(pattern);
+    for (int layout = 0; layout < 3; ++layout) {
+      for (int format = 0; format < 3; ++format) {
+        for (int64_t hidden : hiddens) {
+          for (int64_t tokens : token_counts) {
+            const quant::ScaleAddressing a = quant_scale_addressing(p, layout, format, tokens, hidden);
+            const bool per_block = quant_group_elems(p) > 0;
+            const bool legal = quant_hidden_error(p, hidden).empty() &&
+                               quant_scale_error(p, layout, format).empty();
+            if (!per_block || !legal) {
+              EXPECT_TRUE(a.t7 == 0 && a.t5 == 0 && a.t0 == 0 && a.c2 == 0 && a.c0 == 0)
+                  << arfPatternName(pattern) << " layout " << layout << " format " << format
+                  << " hidden " << hidden;
+              continue;
+            }
+            // The storage as the kernels pick it (quant_epilogue.cuh): FP4 scales are bytes, FP8
+            // per-group ones bytes only when packed UE8M0.
+            const ScaleStorage storage =
+                pattern != arfPatternResidualRmsNormFp8PerGroup || format == arfScaleUe8m0Packed
+                    ? ScaleStorage::kByte
+                    : ScaleStorage::kFp32;
+            const int64_t cols = quant_scale_cols(p, hidden);
+            const int64_t bytes = quant_scale_buffer_bytes(p, layout, format, tokens, hidden);
+            const int64_t elem_bytes = storage == ScaleStorage::kFp32 ? 4 : 1;
+            for (int64_t t = 0; t < tokens; ++t) {
+              for (int64_t c = 0; c < cols; ++c) {
+                const int64_t off = a.offset(t, c);
+                ASSERT_EQ(off, quant::scale_byte_offset(static_cast<ScaleLayout>(layout), storage, t,
+                                                        c, tokens, cols))
+                    << arfPatternName(pattern) << " layout " << layout << " format " << format
+                    << " tokens " << tokens << " hidden " << hidden << " t " << t << " c " << c;
+                ASSERT_TRUE(off >= 0 && off + elem_bytes <= bytes);
+                ++checked;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, int64_t{1} << 20);
+}
+
 TEST(QuantRules, HiddenRuleAgreesWithTheReference) {
   for (arfPattern_t pattern : kQuantPatterns) {
     const Pattern p = static_cast<Pattern>(pattern);

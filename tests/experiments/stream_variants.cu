@@ -208,6 +208,8 @@ void run_pattern(const Pattern& pat, const Args& a, int sms, double copy) {
       p.scale_out = s.scale_out;
       p.scale_layout = 0;
       p.scale_format = arf::kScaleFormatFp32;
+      p.scale_addr = arf::quant::scale_addressing(arf::quant::ScaleLayout::kRowMajor, arf::quant::ScaleStorage::kFp32,
+                                                  tokens, a.hidden / arf::quant::kFp8GroupElems);
       p.fallback_level = 1;
       return p;
     };
