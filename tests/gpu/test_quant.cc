@@ -256,6 +256,7 @@ INSTANTIATE_TEST_SUITE_P(Quant, QuantEdge,
 TEST(QuantErrors, RefusedCallsLaunchNothing) {
   WorldOptions options;
   options.world_size = 2;
+  options.max_hidden = 16384;  // the valid batch after the refusals reaches format_specs' widest rows
   const std::unique_ptr<World> world = World::create(options);
   ASSERT_NE(world, nullptr);
   QuantCallSpec bad;
