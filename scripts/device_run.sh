@@ -38,8 +38,13 @@ if [[ -z ${ARF_NCCL_LIBRARY:-} ]]; then
   [[ -n $nccl_dir && -e $nccl_dir/libnccl.so.2 ]] && export ARF_NCCL_LIBRARY=$nccl_dir/libnccl.so.2
 fi
 
-# ctest files hold the absolute build path of the machine that configured them.
+# ctest files hold the absolute build and source paths of the machine that configured them (a
+# worktree's build names the worktree: its tests read scripts and data from there).
 configured=$(sed -n 's/^# Build directory: //p' build/CTestTestfile.cmake 2>/dev/null)
+configured_source=$(sed -n 's/^# Source directory: //p' build/CTestTestfile.cmake 2>/dev/null)
+if [[ -n $configured_source && ! -e $configured_source ]]; then
+  mkdir -p "$(dirname "$configured_source")" && ln -s "$PWD" "$configured_source"
+fi
 if [[ -n $configured && ! -e $configured ]]; then
   mkdir -p "$(dirname "$configured")" && ln -s "$PWD/build" "$configured"
 fi
