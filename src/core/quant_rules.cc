@@ -43,6 +43,14 @@ const char* group_why(Pattern pattern) {
   }
 }
 
+// The shape, layout and format of a call are ones its scales can be laid out for: the addressing
+// and the buffer size below answer zero otherwise.
+bool scale_call_is_legal(Pattern pattern, int layout, int format, int64_t num_tokens,
+                         int64_t hidden) {
+  return num_tokens >= 0 && hidden > 0 && quant_hidden_error(pattern, hidden).empty() &&
+         quant_scale_error(pattern, layout, format).empty();
+}
+
 }  // namespace
 
 int64_t quant_group_elems(Pattern pattern) {
@@ -131,9 +139,10 @@ quant::ScaleStorage quant_scale_storage(Pattern pattern, int format) {
 
 quant::ScaleAddressing quant_scale_addressing(Pattern pattern, int layout, int format,
                                               int64_t num_tokens, int64_t hidden) {
-  if (quant_group_elems(pattern) == 0 || num_tokens < 0 || hidden <= 0) return {0, 0, 0, 0, 0};
-  if (!quant_hidden_error(pattern, hidden).empty()) return {0, 0, 0, 0, 0};
-  if (!quant_scale_error(pattern, layout, format).empty()) return {0, 0, 0, 0, 0};
+  if (quant_group_elems(pattern) == 0 ||
+      !scale_call_is_legal(pattern, layout, format, num_tokens, hidden)) {
+    return {0, 0, 0, 0, 0};
+  }
   return quant::scale_addressing(static_cast<quant::ScaleLayout>(layout),
                                  quant_scale_storage(pattern, format), num_tokens,
                                  quant_scale_cols(pattern, hidden));
@@ -141,9 +150,10 @@ quant::ScaleAddressing quant_scale_addressing(Pattern pattern, int layout, int f
 
 int64_t quant_scale_buffer_bytes(Pattern pattern, int layout, int format, int64_t num_tokens,
                                  int64_t hidden) {
-  if (!quant_writes_scales(pattern) || num_tokens < 0 || hidden <= 0) return 0;
-  if (!quant_hidden_error(pattern, hidden).empty()) return 0;
-  if (!quant_scale_error(pattern, layout, format).empty()) return 0;
+  if (!quant_writes_scales(pattern) ||
+      !scale_call_is_legal(pattern, layout, format, num_tokens, hidden)) {
+    return 0;
+  }
   return quant::scale_buffer_bytes(static_cast<quant::ScaleLayout>(layout),
                                    quant_scale_storage(pattern, format), num_tokens,
                                    quant_scale_cols(pattern, hidden));
