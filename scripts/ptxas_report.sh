@@ -6,6 +6,8 @@
 #                                                 of commit REV, exported with git archive) -> one
 #                                                 row per kernel: name, regs, stack, spill st, spill ld
 #   scripts/ptxas_report.sh --compare A.tsv B.tsv markdown table of A (before) against B (after)
+# ARF_PTXAS_UNITS=GLOB compiles only the units whose file name matches (e.g. '*quant*': the
+# quantized kernels, about half the time of all); --compare then lists the others as absent.
 # Kernel names are demangled and shortened: "lamport w1 bf16 quant<fp8_group> v2" is
 # oneshot_lamport_kernel<__nv_bfloat16, 1, ResidualRmsNormQuantEpilogue<.., 2, Fp8PerGroupQuant>>.
 # Flags are the build's device flags (CMakeLists.txt) with -cubin: ptxas sees what the build's does.
@@ -56,6 +58,15 @@ if [[ -f $root/src/kernels/kernel_set.def ]]; then  # the kernel set's units, as
   cmake -DARF_KERNEL_SET="$root/src/kernels/kernel_set.def" -DARF_KERNEL_UNIT_DIR="$tmp/units" \
     -P "$root/cmake/kernel_rows.cmake" >/dev/null
   units+=("$tmp"/units/row_*.cu)
+fi
+if [[ -n ${ARF_PTXAS_UNITS:-} ]]; then
+  kept=()
+  for u in "${units[@]}"; do
+    # shellcheck disable=SC2053  # the glob is the point
+    [[ $(basename "$u") == $ARF_PTXAS_UNITS ]] && kept+=("$u")
+  done
+  ((${#kept[@]})) || { echo "ptxas_report: no unit matches ARF_PTXAS_UNITS=$ARF_PTXAS_UNITS" >&2; exit 1; }
+  units=("${kept[@]}")
 fi
 printf '%s\n' "${units[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   '"$0" -I"$1/include" -I"$1/src" -O3 -DNDEBUG -arch=sm_90 -cubin --expt-relaxed-constexpr \
