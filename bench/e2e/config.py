@@ -107,6 +107,22 @@ DEFAULT_ORDER = ["a", "b", "c", "c_compiled", "d0", "d", "e_a", "e_c", "e_c_comp
 ALGORITHMS = ("unfused", "oneshot_lamport", "oneshot_pull", "twoshot")
 
 
+# The teacher-forcing reference of the end-to-end gates, in the order tried (the next takes over
+# when one fails to run): the unfused engine, the fused op in the model code, then their FP8 forms.
+REFERENCE_PREFERENCE = ("a", "c", "e_a", "e_c")
+
+
+def gate_order(gate_variants) -> list[str]:
+    """The order the gates run the variants in: the reference candidates first (the first that
+    runs becomes the reference), then the rest as given. Every variant is a candidate, so a
+    chunk of variants without (a) or (c) still has a reference: without one every variant would
+    decode freely, and one near-tie of two logits would send two variants down different token
+    paths, which the comparisons would then report as a difference of the kernels."""
+    names = list(gate_variants)
+    preferred = [n for n in REFERENCE_PREFERENCE if n in names]
+    return preferred + [n for n in names if n not in preferred]
+
+
 def forced_algorithm_variant(algorithm: str) -> Variant:
     """(c) with every fused call forced to `algorithm` (gate only): the contract says every
     algorithm, and the library's unfused path, give the same bits."""

@@ -42,8 +42,8 @@ exact, so the sums agree); compiled vs eager — Inductor fuses pointwise chains
 without the eager per-op bf16 roundings. For each: max ulp of the final hidden states, fraction
 bitwise equal, logits cosine (min/mean over the decode steps), greedy agreement.
 
-Teacher forcing: the reference variant ((a), else (c)) decodes greedily, every rank feeding rank 0's
-token; every other variant is fed the reference's tokens, so its prediction at each step is
+Teacher forcing: the reference variant ((a), else (c), else (e_a), (e_c), else the first variant
+that runs: config.gate_order) decodes greedily, every rank feeding rank 0's token; every other variant is fed the reference's tokens, so its prediction at each step is
 compared with the reference's at the same context.
 """
 
@@ -72,7 +72,6 @@ DEMANDED_BITWISE = [
 REPORTED_PAIRS = [("b", "c"), ("a", "b"), ("a", "c"), ("c_compiled", "c"), ("d", "c"), ("d0", "a"),
                   ("d", "d0"), ("e_c", "e_a"), ("e_d", "e_a"), ("e_c_compiled", "e_c"),
                   ("e_d0", "e_a"), ("e_a", "a"), ("e_c", "c")]
-REFERENCE_CANDIDATES = ("a", "c")
 
 
 class Gates:
@@ -453,11 +452,9 @@ def run_gates(ctx) -> tuple[Gates, dict, dict]:
     except Exception as e:  # noqa: BLE001
         g.demand("per-site checks ran", False, f"{type(e).__name__}: {e}\n"
                  f"{traceback.format_exc(limit=4)}")
-    names = list(ctx.plan.gate_variants)
     # the reference candidates first: if (a) fails, (c) becomes the reference before anything is
-    # teacher-forced on tokens that do not exist
-    order = [n for n in REFERENCE_CANDIDATES if n in names] + [
-        n for n in names if n not in REFERENCE_CANDIDATES]
+    # teacher-forced on tokens that do not exist (config.gate_order)
+    order = config.gate_order(ctx.plan.gate_variants)
     ref_name = None
     records: dict[str, Record] = {}
     passes: dict[str, dict] = {}
@@ -473,7 +470,7 @@ def run_gates(ctx) -> tuple[Gates, dict, dict]:
         if not agreed:
             status[name] = {"status": "refused", "detail": "; ".join(f"rank {r}: {d}" for r, d in bad)}
             continue
-        is_ref = ref_tokens is None and name in REFERENCE_CANDIDATES
+        is_ref = ref_tokens is None
         ctx.log(f"gates: variant {name}" + (" (reference, free-running greedy)" if is_ref else ""))
         if v.compiled:
             torch._dynamo.reset()

@@ -128,6 +128,19 @@ class TestConfig(unittest.TestCase):
         o = config.parse_args(["--quick", "--tp", "4,8", "--layers", "3", "--decode-batches", "2,4"])
         self.assertEqual((o.tp, o.layers, o.decode_batches), ([4, 8], 3, [2, 4]))
 
+    def test_gate_order_always_has_a_reference_first(self):
+        # (a), else (c), else their FP8 forms lead; the rest keep the order given
+        self.assertEqual(config.gate_order(["b", "c", "a", "d"]), ["a", "c", "b", "d"])
+        self.assertEqual(config.gate_order(["e_c", "e_d", "e_a"]), ["e_a", "e_c", "e_d"])
+        self.assertEqual(config.gate_order(["a", "e_a", "e_c"]), ["a", "e_a", "e_c"])
+        # a chunk holding none of the preferred ones: its first variant is the reference
+        self.assertEqual(config.gate_order(["d", "c_compiled"]), ["d", "c_compiled"])
+        self.assertEqual(config.gate_order([]), [])
+        # the quick preset's TP 8 FP8 chunk as planned: its reference is e_a
+        o = config.parse_args(["--quick", "--tp", "8", "--gates-only", "--variants", "e_c,e_d,e_a"])
+        plan = config.plan_tp(o, 8, num_gpus=1)
+        self.assertEqual(config.gate_order(plan.gate_variants)[0], "e_a")
+
     def test_rejections(self):
         bad = [
             ["--tp", "3"],                              # 64 heads / 8 KV heads over 3
