@@ -127,15 +127,15 @@ __device__ __forceinline__ void store_fp8x8(void* base, int64_t elem, const uint
   *reinterpret_cast<uint2*>(static_cast<char*>(base) + elem) = codes;
 }
 
-// A caller's per-tensor scale (any float): IEEE division, with E4m3Divisor's shortcut.
-template <typename T>
-__device__ __forceinline__ uint2 fp8_vec(const uint4& v, const quant::E4m3Divisor& d) {
-  return fp8_vec<T>(v, [&](float x) { return quant::e4m3_quotient(x, d); });
-}
 // A dynamic scale: the reciprocal with Markstein's correction, no division (E4m3Reciprocal).
 template <typename T>
 __device__ __forceinline__ uint2 fp8_vec(const uint4& v, const quant::E4m3Reciprocal& r) {
   return fp8_vec<T>(v, [&](float x) { return quant::e4m3_dynamic_quotient(x, r); });
+}
+// A per-tensor scale (E4m3TensorReciprocal): prescaled, then the same, no division.
+template <typename T>
+__device__ __forceinline__ uint2 fp8_vec(const uint4& v, const quant::E4m3TensorReciprocal& r) {
+  return fp8_vec<T>(v, [&](float x) { return quant::e4m3_tensor_quotient(x, r); });
 }
 
 // e4m3 codes of every owned vector with one scale for the whole row (per-tensor, per-token).
@@ -154,17 +154,20 @@ __device__ __forceinline__ void store_fp8_row(const KernelParams& p, const RowSl
 // is an input no output may overlap (validation), so it is read once, ahead of every store.
 // kStagesRows of each quantizer: whether its streaming epilogue stages rows (kernel_set.h,
 // stages_rows, with the measurements that chose it).
+// Per-tensor: the caller's scale (any float) prescaled and inverted once per CTA; no division.
 struct Fp8PerTensorQuant {
   static constexpr bool kStagesRows = true;
   struct Cta {
-    quant::E4m3Divisor divisor;
+    quant::E4m3TensorReciprocal recip;
   };
-  __device__ static Cta cta_state(const KernelParams& p) { return {quant::e4m3_divisor(*p.scale_in)}; }
+  __device__ static Cta cta_state(const KernelParams& p) {
+    return {quant::e4m3_tensor_reciprocal(*p.scale_in)};
+  }
   __device__ static void write_scale_padding(const KernelParams&) {}
   template <typename T, int kVecs, typename Reducer>
   __device__ static void quantize(const KernelParams& p, const RowSlice& s, const RowValues<kVecs>& v,
                                   const Cta& cta, Reducer&) {
-    store_fp8_row<T, kVecs>(p, s, v, cta.divisor);
+    store_fp8_row<T, kVecs>(p, s, v, cta.recip);
   }
 };
 

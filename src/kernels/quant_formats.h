@@ -261,7 +261,7 @@ inline constexpr float kE4m3MaxReciprocal = 1.0f / kE4m3Max;
 // An amax below 2^-10 is neither divided nor multiplied: amax / 448 < 2^-18.8, and amax * RN(1/448)
 // rounds to at most 2^-10 * RN(1/448) < 2^-18.8, both under the floor 2^-17.8 (the IEEE operations
 // are monotonic, so a smaller amax cannot give more); the device's IEEE division leaves its fast
-// path for zero and subnormal numerators (see E4m3Divisor), and all-zero rows and groups are
+// path for zero and subnormal numerators (see E4m3TensorReciprocal), and all-zero rows and groups are
 // common (padding rows). tests/cpu/test_quant_formats.cc checks both rules against the plain
 // formula for every bf16 and fp16 amax.
 ARF_HD inline float fp8_dynamic_scale(float amax, Fp8ScaleRule rule) {
@@ -282,43 +282,6 @@ ARF_HD inline uint8_t fp8_dynamic_scale_ue8m0(float amax, Fp8ScaleRule rule) {
 // One FP8 element: saturate(x / scale). Division, not multiplication by a reciprocal, because the
 // contract says norm / scale and the two differ in the last bit for non-power-of-two scales.
 ARF_HD inline uint8_t quantize_e4m3(float x, float scale) { return encode_e4m3_device(div_rn(x, scale)); }
-
-// quantize_e4m3 as the kernels run it: the divisor is prepared once per row or block, and an
-// element whose quotient is certainly below 2^-11 is not divided. Such a quotient rounds to the
-// signed zero code whatever its exact bits (e4m3's smallest subnormal is 2^-9; below 2^-10 rounds
-// to 0), and the sign of x / scale is the sign of x for a positive scale, so the code is the same
-// as quantize_e4m3's (tests/cpu/test_quant_formats.cc checks every bf16 and fp16 value against
-// many scales). Why: the device's IEEE division (__fdiv_rn) leaves its few-instruction fast path
-// for zero and subnormal numerators, and one such lane sends its whole warp through a long
-// subroutine with spills. Zeros and tiny values are ordinary in a norm's output (padding rows,
-// zero gamma entries); with 1 in 64 of them, the quantized epilogues ran ~28% of their
-// instructions in that subroutine (ncu, bench/results/2026-11-29-profile-fdbe9a3/).
-struct E4m3Divisor {
-  float scale;
-  float sign_only_below;  // scale * 2^-11, or 0 (no shortcut) unless scale is a positive normal
-};
-
-ARF_HD inline E4m3Divisor e4m3_divisor(float scale) {
-  const bool positive_normal = scale >= 0x1p-126f && scale <= 0x1.fffffep127f;  // false for NaN
-  return {scale, positive_normal ? mul_rn(scale, 0x1p-11f) : 0.0f};
-}
-
-ARF_HD inline uint8_t quantize_e4m3(float x, const E4m3Divisor& d) {
-  const uint32_t u = float_to_bits(x);
-  const bool sign_only = bits_to_float(u & 0x7FFFFFFFu) < d.sign_only_below;  // false for NaN
-  const float q = div_rn(sign_only ? 1.0f : x, d.scale);  // a select, not a branch: no divergence
-  return sign_only ? static_cast<uint8_t>((u >> 24) & 0x80u) : encode_e4m3_device(q);
-}
-
-// The quotient quantize_e4m3(x, d) encodes, or a zero of x's sign where d's shortcut applies
-// (which encodes to the same signed zero code): the form in which two elements share one
-// conversion instruction (encode_e4m3x2_device).
-ARF_HD inline float e4m3_quotient(float x, const E4m3Divisor& d) {
-  const uint32_t u = float_to_bits(x);
-  const bool sign_only = bits_to_float(u & 0x7FFFFFFFu) < d.sign_only_below;  // false for NaN
-  const float q = div_rn(sign_only ? 1.0f : x, d.scale);
-  return sign_only ? bits_to_float(u & 0x80000000u) : q;
-}
 
 // x / scale for a DYNAMIC FP8 scale (fp8_dynamic_scale of a row's or group's amax, which the row's
 // or group's |x| never exceeds) without a division: the reciprocal r = RN(1 / scale) once per row
@@ -349,6 +312,65 @@ ARF_HD inline float e4m3_dynamic_quotient(float x, const E4m3Reciprocal& r) {
   return bits_to_float(float_to_bits(q1) | (float_to_bits(x) & 0x80000000u));
 }
 
+// x / scale for a caller's PER-TENSOR scale (any float) without a division: x and |scale| are
+// first multiplied by one power of two that brings |scale| to [1, 2) (to [2^-22, 1) for a
+// subnormal scale; x's factor carries the scale's sign), which leaves the quotient's value as it
+// was; then the reciprocal
+// r = RN(1 / scale') once per CTA and per element E4m3Reciprocal's q0 = RN(x' * r) and Markstein's
+// correction. q1 == RN(x / scale) bit for bit, for every bf16 and fp16 x, wherever |x / scale| is
+// in [2^-11, 1024):
+// - for significands alone (x and scale in [1, 2)) it is exact for all 2^23 scale significands x
+//   all 2^10 fp16 significands (bf16's 7 bits are among them): tests/cpu/test_e4m3_tensor_reciprocal.cc
+//   enumerates them (8.6e9 pairs; without the correction 27% differ);
+// - scale' is in [2^-22, 2), so x' is a normal number in that quotient range and every
+//   intermediate scales by the same power of two as x' / scale': r, q0 and q1 are normal, the
+//   remainder x' - scale' * q0 is either exact (a multiple of 2^(e(x') - 47) >= 2^-149,
+//   representable even below 2^-126) or rounded at >= 2^(e(x') - 23), a normal number, as the
+//   significand-level check rounds it.
+// Outside that range both give the same code: below 2^-11 a signed zero (|q1| stays below 2^-10;
+// an x' that underflows while prescaled is below 2^-126 either way); from 1024 on, saturation
+// (a q0 >= 1024, inf included, is replaced by 1024 before the correction, so no inf * 0 or
+// inf - inf makes a NaN; an x' that overflows while prescaled had a quotient above 2^127). A NaN x
+// stays NaN (the clamp's comparison is false). The special scales are the reciprocal's own
+// products: a zero scale has r = inf and scale' = 0 (x / 0 = inf, 0 / 0 = NaN), an infinite one
+// r = 0 and scale' = 0 (x / inf = 0, inf / inf = NaN, where -inf * 0 would have made every
+// remainder NaN), NaN r = NaN; a negative scale is a negative prescale, which gives x' the sign
+// of the quotient. Why no division: the device's IEEE division (__fdiv_rn) is ~8 instructions and
+// a check on its fast path, and it leaves that path for zero and subnormal numerators, where one
+// such lane sends its whole warp through a long subroutine with spills (zeros are ordinary in a
+// norm's output: padding rows, zero gamma entries; with 1 in 64 of them the quantized epilogues
+// ran ~28% of their instructions there, bench/results/2026-11-29-profile-fdbe9a3/).
+struct E4m3TensorReciprocal {
+  float prescale;  // the power of two that brings |scale| to scale', with the scale's sign; +-1
+                   // for 0, inf and NaN
+  float scale;     // |scale| * |prescale|: in [2^-22, 2), or 0 for 0 and inf
+  float recip;     // RN(1 / scale'): inf for a zero scale, 0 for an infinite one, NaN for NaN
+};
+
+ARF_HD inline E4m3TensorReciprocal e4m3_tensor_reciprocal(float scale) {
+  const uint32_t u = float_to_bits(scale);
+  const uint32_t a = u & 0x7FFFFFFFu;
+  const uint32_t sign = u & 0x80000000u;
+  const uint32_t biased = a >> 23;
+  const float one = bits_to_float(sign | 0x3F800000u);
+  if (a == 0) return {one, 0.0f, bits_to_float(0x7F800000u)};
+  if (biased == 255) return {one, 0.0f, a == 0x7F800000u ? 0.0f : bits_to_float(a)};
+  // 2^(127 - biased) for a normal scale (2^-127, the one subnormal power, when biased is 254),
+  // 2^127 for a subnormal one.
+  const uint32_t prescale_bits = biased == 0 ? 254u << 23 : biased == 254 ? 0x00400000u : (254u - biased) << 23;
+  return {bits_to_float(sign | prescale_bits), mul_rn(bits_to_float(a), bits_to_float(prescale_bits)),
+          rcp_rn(mul_rn(bits_to_float(a), bits_to_float(prescale_bits)))};
+}
+
+ARF_HD inline float e4m3_tensor_quotient(float x, const E4m3TensorReciprocal& r) {
+  const uint32_t u = float_to_bits(mul_rn(x, r.prescale));  // exact but where it cannot matter
+  const float ax = bits_to_float(u & 0x7FFFFFFFu);
+  const float q0 = mul_rn(ax, r.recip);
+  const float q0c = q0 >= 1024.0f ? 1024.0f : q0;  // a select: NaN passes through
+  const float q1 = fma_rn(fma_rn(-r.scale, q0c, ax), r.recip, q0c);
+  return bits_to_float(float_to_bits(q1) | (u & 0x80000000u));  // the sign of x / scale
+}
+
 // NVFP4 block of 16 (TRT-LLM/FlashInfer cvt_warp_fp16_to_fp4 recipe, with exact IEEE operations
 // where they use rcp.approx): with the fp32 global scale gs (typically 448 * 6 / tensor amax),
 //   sf   = e4m3((amax / 6) * gs)           stored per block, unsigned (sf >= 0, so bit 7 is 0)
@@ -363,7 +385,7 @@ struct Nvfp4BlockScale {
 
 ARF_HD inline Nvfp4BlockScale nvfp4_block_scale(float amax, float global_scale) {
   Nvfp4BlockScale s;
-  // Zero is not divided (the division's slow path, see E4m3Divisor): +-0 / 6 is +-0.
+  // Zero is not divided (the division's slow path, see E4m3TensorReciprocal): +-0 / 6 is +-0.
   const float amax_over_max = amax == 0.0f ? amax : div_rn(amax == 0.0f ? 1.0f : amax, kE2m1Max);
   s.sf = encode_e4m3(mul_rn(amax_over_max, global_scale));
   const float sf = decode_e4m3(s.sf);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/quant_formats.h"
+#include "quant_test_values.h"
 #include "reference/cpu_reference.h"
 
 namespace arf::quant {
@@ -31,24 +32,13 @@ constexpr size_t kSanitizedStride = 17;
 constexpr size_t kSanitizedStride = 1;
 #endif
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
-
-float up(float x) { return std::nextafter(x, kInf); }
-float down(float x) { return std::nextafter(x, -kInf); }
+using namespace test_values;  // quant_test_values.h
 
 // The default rule's dynamic scales (arfFp8ScaleDivide), which most tests here use;
 // test_fp8_scale_rule.cc tests the rules themselves.
 float divide_scale(float amax) { return fp8_dynamic_scale(amax, Fp8ScaleRule::kDivide); }
 uint8_t divide_scale_ue8m0(float amax) {
   return fp8_dynamic_scale_ue8m0(amax, Fp8ScaleRule::kDivide);
-}
-
-uint64_t splitmix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 // Float bit patterns that exercise every rounding case of the small formats: every sign/exponent
@@ -330,17 +320,6 @@ TEST(ScaleRules, QuantizeE4m3DividesBeforeEncoding) {
   EXPECT_EQ(encode_e4m3(x * (1.0f / s)), 0x09);
 }
 
-// Every bf16 and fp16 value (the norm's dtype values the kernels quantize) as a float.
-std::vector<float> every_16_bit_value() {
-  std::vector<float> values;
-  values.reserve(2u << 16);
-  for (uint32_t b = 0; b < (1u << 16); ++b) {
-    values.push_back(ref::bf16_to_float(static_cast<uint16_t>(b)));
-    values.push_back(ref::fp16_to_float(static_cast<uint16_t>(b)));
-  }
-  return values;
-}
-
 // The dynamic scales of every 61st value of xs as an amax, under each Fp8ScaleRule (the
 // times-reciprocal scale only where it differs from the divide rule's).
 std::vector<float> every_61st_dynamic_scale(const std::vector<float>& xs) {
@@ -372,61 +351,6 @@ TEST(ScaleRules, Fp8DynamicScaleEqualsTheFlooredQuotient) {
   for (const float amax :
        {0.0f, -0.0f, 0x1p-10f, down(0x1p-10f), up(0x1p-10f), 0x1p-9f, up(0x1p-9f), kInf, kNan}) {
     check(amax);
-  }
-  EXPECT_EQ(mismatches, 0);
-}
-
-TEST(ScaleRules, E4m3DivisorGivesTheCodesOfTheDivision) {
-  const std::vector<float> xs = every_16_bit_value();
-  // Dynamic scales of both rules (every 61st bf16 / fp16 amax), their edges, and per-tensor
-  // scales a caller may pass (any float: subnormal, zero, negative, infinite, NaN).
-  std::vector<float> scales = every_61st_dynamic_scale(xs);
-  for (const float s : {kMinFp8Scale, up(kMinFp8Scale), 1.0f, 0x1p-7f, 448.0f, 0.0123f, 3.0e5f,
-                        0x1p-126f, up(0x1p-126f), down(0x1p-126f), 0x1p-149f, 0x1p+120f,
-                        std::numeric_limits<float>::max(), 0.0f, -0.0f, -1.0f, kInf, kNan}) {
-    scales.push_back(s);
-  }
-  uint64_t state = 7;
-  for (int i = 0; i < 64; ++i) {
-    scales.push_back(bits_to_float(static_cast<uint32_t>(splitmix64(&state))));
-  }
-  int64_t mismatches = 0, shortcuts = 0;
-  for (const float s : scales) {
-    const E4m3Divisor d = e4m3_divisor(s);
-    for (size_t xi = 0; xi < xs.size(); xi += kSanitizedStride) {
-      const float x = xs[xi];
-      shortcuts += std::fabs(x) < d.sign_only_below;
-      if (quantize_e4m3(x, d) != quantize_e4m3(x, s) && ++mismatches < 5) {
-        ADD_FAILURE() << "x " << x << " scale " << s;
-      }
-    }
-  }
-  EXPECT_EQ(mismatches, 0);
-  // the shortcut is taken, so the comparison means something
-  EXPECT_GT(shortcuts, (int64_t{1} << 20) / static_cast<int64_t>(kSanitizedStride));
-}
-
-// The quotient form of the divisor (what the kernels pair into one conversion) encodes to
-// quantize_e4m3's code on the same domain as the divisor itself.
-TEST(ScaleRules, E4m3QuotientEncodesToTheDivisorsCode) {
-  const std::vector<float> xs = every_16_bit_value();
-  std::vector<float> scales = every_61st_dynamic_scale(xs);
-  for (const float s : {kMinFp8Scale, 1.0f, 448.0f, 0.0123f, 3.0e5f, 0x1p-126f, down(0x1p-126f),
-                        0x1p-149f, std::numeric_limits<float>::max(), 0.0f, -0.0f, -1.0f, kInf,
-                        kNan}) {
-    scales.push_back(s);
-  }
-  uint64_t state = 11;
-  for (int i = 0; i < 64; ++i) scales.push_back(bits_to_float(static_cast<uint32_t>(splitmix64(&state))));
-  int64_t mismatches = 0;
-  for (const float s : scales) {
-    const E4m3Divisor d = e4m3_divisor(s);
-    for (size_t xi = 0; xi < xs.size(); xi += kSanitizedStride) {
-      const float x = xs[xi];
-      if (encode_e4m3(e4m3_quotient(x, d)) != quantize_e4m3(x, d) && ++mismatches < 5) {
-        ADD_FAILURE() << "x " << x << " scale " << s;
-      }
-    }
   }
   EXPECT_EQ(mismatches, 0);
 }

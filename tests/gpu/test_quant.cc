@@ -187,12 +187,18 @@ struct EdgeFormat {
 };
 
 // Per-tensor saturating from |norm| > 448 * scale = 7 (spikes only), 2.8 (the tail of ordinary
-// rows lands near and past 448) and 1 (a fifth of the values saturate); per-token; per-group with
-// fp32 and with packed UE8M0 scales (MN-major).
+// rows lands near and past 448) and 1 (a fifth of the values saturate), and at each edge of the
+// reciprocal's domain (quant_formats.h E4m3TensorReciprocal: [2^-80, 2^100]) and one step past it,
+// where the kernels divide instead (2^-80: every value saturates, 2^100: every code is a signed
+// zero); per-token; per-group with fp32 and with packed UE8M0 scales (MN-major).
 constexpr EdgeFormat kEdgeFormats[] = {
     {arfPatternResidualRmsNormFp8PerTensor, arfScaleRowMajor, arfScaleFp32, kStaticScale},
     {arfPatternResidualRmsNormFp8PerTensor, arfScaleRowMajor, arfScaleFp32, 1.0f / 160.0f},
     {arfPatternResidualRmsNormFp8PerTensor, arfScaleRowMajor, arfScaleFp32, 1.0f / 448.0f},
+    {arfPatternResidualRmsNormFp8PerTensor, arfScaleRowMajor, arfScaleFp32, 0x1p-80f},
+    {arfPatternResidualRmsNormFp8PerTensor, arfScaleRowMajor, arfScaleFp32, 0x1.fffffep-81f},
+    {arfPatternResidualRmsNormFp8PerTensor, arfScaleRowMajor, arfScaleFp32, 0x1p+100f},
+    {arfPatternResidualRmsNormFp8PerTensor, arfScaleRowMajor, arfScaleFp32, 0x1.000002p+100f},
     {arfPatternResidualRmsNormFp8PerToken, arfScaleRowMajor, arfScaleFp32, kStaticScale},
     {arfPatternResidualRmsNormFp8PerGroup, arfScaleRowMajor, arfScaleFp32, kStaticScale},
     {arfPatternResidualRmsNormFp8PerGroup, arfScaleMnMajor, arfScaleUe8m0Packed, kStaticScale},
