@@ -209,6 +209,13 @@ constexpr size_t staged_rows_smem_bytes(const KernelKey& key, int row_elems) {
   const size_t row_vecs = static_cast<size_t>((row_elems + kElemsPerVec - 1) / kElemsPerVec);
   return static_cast<size_t>(kStagedRowBuffers) * 2 * row_vecs * 16;
 }
+// The inverse: the widest row (a multiple of kElemsPerVec columns) whose staged rows fit in
+// `bytes` of dynamic shared memory, for the error that names the largest max_hidden a device
+// allows.
+constexpr int64_t widest_staged_row(size_t bytes) {
+  constexpr size_t kBytesPerVec = static_cast<size_t>(kStagedRowBuffers) * 2 * 16;
+  return static_cast<int64_t>(bytes / kBytesPerVec) * kElemsPerVec;
+}
 // The most any staged launch takes (rows of kMaxBlockThreads x kMaxVecsPerThread vectors): set
 // once per kernel as its dynamic shared memory limit (launch.cu, preload_kernels). A launch takes
 // bytes in proportion to its row, at most kMaxVecsPerThread vectors a thread, so the CTAs an SM

@@ -296,9 +296,7 @@ Status preload_kernels(int world, DType dtype, int64_t max_hidden) {
     if (stages_rows(e.key)) {
       const size_t bytes = staged_rows_smem_bytes(e.key, static_cast<int>(max_hidden));
       if (bytes + attr.sharedSizeBytes > static_cast<size_t>(optin)) {
-        const size_t per_column = static_cast<size_t>(kStagedRowBuffers) * 2 * 16 / kElemsPerVec;
-        const size_t widest = (static_cast<size_t>(optin) - attr.sharedSizeBytes) / per_column /
-                              kElemsPerVec * kElemsPerVec;
+        const int64_t widest = widest_staged_row(static_cast<size_t>(optin) - attr.sharedSizeBytes);
         return unsupported("max_hidden " + std::to_string(max_hidden) + " needs " + std::to_string(bytes) +
                            " bytes of shared memory per block for staged rows, and this device allows " +
                            std::to_string(optin - static_cast<int>(attr.sharedSizeBytes)) +

@@ -200,6 +200,11 @@ TEST(KernelSet, StagedRowsRuleAndSharedMemory) {
         continue;
       }
       EXPECT_EQ(smem, static_cast<size_t>(kStagedRowBuffers) * 2 * ((hidden + 7) / 8) * 16) << hidden;
+      // widest_staged_row inverts it: this row is the widest that fits its own bytes.
+      EXPECT_EQ(widest_staged_row(smem), hidden) << text_of(key);
+      EXPECT_GT(staged_rows_smem_bytes(key, hidden + kElemsPerVec), smem) << text_of(key);
+      EXPECT_EQ(widest_staged_row(smem + 95), hidden) << text_of(key);
+      EXPECT_EQ(widest_staged_row(smem + 96), hidden + kElemsPerVec) << text_of(key);
       ASSERT_LE(smem, kMaxStagedRowsSmemBytes) << text_of(key) << " hidden " << hidden;
       // The CTAs per SM of a protocol-free grid fit in 227 KiB (correctness does not need them resident).
       const StaticFacts facts = facts_of(1, 1, key.dtype, false);
