@@ -11,7 +11,8 @@ the rows that miss it:
      listed.
 A row arfusion could not time, or whose check found wrong elements, misses both; so does a token
 count that only one of the two runs measured. Target 1 is NOT MEASURED (a miss) when no row has
->= 2048 tokens.
+>= 2048 tokens. Two runs of different hidden sizes or dtypes are refused (exit 2): their rows
+would be compared token count by token count as if they timed the same function.
 """
 import argparse
 import json
@@ -38,6 +39,15 @@ def arfusion_rows(doc):
                                "algo": row.get("algorithm"), "ok": ok and row.get("time_us"),
                                "range": span(row.get("repeats_us"))}
     return rows
+
+
+def shape_mismatch(arf_doc, torch_doc):
+    """Why the two runs cannot be merged (different hidden size or dtype), or None."""
+    ah, th = arf_doc.get("header", {}), torch_doc.get("header", {})
+    for key in ("hidden", "dtype"):
+        if ah.get(key) != th.get(key):
+            return f"{key} differs: arfusion run {ah.get(key)!r}, torch run {th.get(key)!r}"
+    return None
 
 
 def fmt(value, spec):
@@ -108,6 +118,10 @@ def main():
     p.add_argument("--json", help="write the merged table and verdicts here")
     args = p.parse_args()
     arf_doc, torch_doc = load(args.arfusion_json), load(args.torch_json)
+    mismatch = shape_mismatch(arf_doc, torch_doc)
+    if mismatch:
+        print(f"compare_world1: the two runs time different functions: {mismatch}", file=sys.stderr)
+        return 2
     table, copy_misses, speed_misses, within_noise = compare(arf_doc, torch_doc)
     print_report(table, copy_misses, speed_misses, within_noise, arf_doc, torch_doc)
     if args.json:

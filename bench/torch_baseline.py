@@ -8,8 +8,8 @@ contract (design.md, numerics 3-4):
     norm_out     = bf16(fp32(residual_out) * rsqrt(mean(fp32(residual_out)^2) + eps) * fp32(gamma))
 
 compiled by torch.compile (mode printed in the header; default max-autotune-no-cudagraphs, the
-strongest mode that leaves graph capture to us), hidden 8192 bf16, tokens 1..16384 by powers of
-two. Timing: `iters` calls captured in one torch.cuda.CUDAGraph, replayed `replays` times per
+strongest mode that leaves graph capture to us), hidden 8192 bf16 unless --hidden / --dtype say
+otherwise (the activation dtype stands for bf16 above), tokens 1..16384 by powers of two. Timing: `iters` calls captured in one torch.cuda.CUDAGraph, replayed `replays` times per
 repeat; the reported time is the median over repeats of elapsed / (iters * replays). Inputs rotate
 among `sets` buffer sets as in arfusion-bench, so timed calls do not re-read the last call's input
 out of L2. Also measures the device-to-device copy bandwidth the same way arfusion-bench does
@@ -28,6 +28,7 @@ except ImportError:
     sys.exit("torch_baseline: PyTorch is not installed")
 
 COPY_BYTES = 1 << 30
+DTYPES = {"bf16": "bfloat16", "fp16": "float16"}  # arfusion-bench's -d names -> torch's
 
 
 def epilogue(x, residual, gamma, eps: float):
@@ -42,6 +43,7 @@ def epilogue(x, residual, gamma, eps: float):
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--hidden", type=int, default=8192)
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="activation dtype")
     p.add_argument("--tmin", type=int, default=1)
     p.add_argument("--tmax", type=int, default=16384)
     p.add_argument("--mode", default="max-autotune-no-cudagraphs",
@@ -72,9 +74,9 @@ def copy_bandwidth_gbps():
     return 2 * COPY_BYTES / (statistics.median(times) * 1e-3) / 1e9
 
 
-def make_inputs(tokens, hidden, sets, gen):
+def make_inputs(tokens, hidden, sets, gen, dtype):
     def randn(*shape):
-        return torch.randn(*shape, generator=gen, device="cuda").to(torch.bfloat16)
+        return torch.randn(*shape, generator=gen, device="cuda").to(dtype)
     xs = [randn(tokens, hidden) for _ in range(sets)]
     residuals = [randn(tokens, hidden) for _ in range(sets)]
     return xs, residuals, randn(hidden)
@@ -138,11 +140,12 @@ def main():
     prop = torch.cuda.get_device_properties(0)
     copy_gbps = copy_bandwidth_gbps()
     fn = torch.compile(epilogue, mode=args.mode, dynamic=False)
+    dtype = getattr(torch, DTYPES[args.dtype])
     header = {
         "tool": "torch_baseline.py", "date": datetime.datetime.now().astimezone().isoformat(),
         "device": prop.name, "sm_count": prop.multi_processor_count,
         "torch_version": torch.__version__, "compile_mode": args.mode, "dynamic": False,
-        "hidden": args.hidden, "dtype": "bf16", "eps": args.eps, "iters": args.iters,
+        "hidden": args.hidden, "dtype": args.dtype, "eps": args.eps, "iters": args.iters,
         "graph_replays": args.replays, "repeats": args.repeats, "input_sets": args.sets,
         "copy_bandwidth_gbps": copy_gbps, "copy_bytes": COPY_BYTES,
         "time_definition": "median over repeats of elapsed / (iters * replays), microseconds",
@@ -150,7 +153,7 @@ def main():
     }
     print(f"# torch_baseline: torch {torch.__version__}, torch.compile mode={args.mode}, "
           f"dynamic=False, device {prop.name} ({prop.multi_processor_count} SMs)")
-    print(f"# hidden {args.hidden} bf16, CUDA graph of {args.iters} calls x {args.replays} replays, "
+    print(f"# hidden {args.hidden} {args.dtype}, CUDA graph of {args.iters} calls x {args.replays} replays, "
           f"median of {args.repeats} repeats, {args.sets} input sets")
     print(f"# D2D copy bandwidth: {copy_gbps:.1f} GB/s (copy of 1.00 GiB, read + write counted, "
           f"median of 5)")
@@ -159,7 +162,7 @@ def main():
     rows = []
     gen = torch.Generator(device="cuda").manual_seed(1234)
     for tokens in tokens_list:
-        xs, residuals, gamma = make_inputs(tokens, args.hidden, args.sets, gen)
+        xs, residuals, gamma = make_inputs(tokens, args.hidden, args.sets, gen, dtype)
         residual_equal, norm_diff = check_compiled(fn, xs[0], residuals[0], gamma, args.eps)
         call_sets = [(x, r, gamma, args.eps) for x, r in zip(xs, residuals)]
         us, samples = time_graph(fn, call_sets, args)

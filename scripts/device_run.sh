@@ -70,7 +70,7 @@ for stage in "${stages[@]}"; do
       bounded ./build/arfusion-bench -J "$out/run/fused_default.json" 2>&1 | tee "$out/run/fused_default.txt" | tail -30 ;;
     world1)
       bounded bash scripts/bench_world1.sh "$out/run/world1" > "$out/run/world1.log" 2>&1
-      tail -40 "$out/run/world1/compare_world1.txt" 2>/dev/null || tail -30 "$out/run/world1.log" ;;
+      tail -n 12 "$out"/run/world1/compare_world1_*.txt 2>/dev/null || tail -30 "$out/run/world1.log" ;;
     allreduce)
       bounded ./build/arfusion-bench --op allreduce -b 32K -e 64M -f 2 -G 1 -c 1 -J "$out/run/allreduce.json" 2>&1 \
         | tee "$out/run/allreduce.txt" | tail -25 ;;
@@ -153,6 +153,6 @@ for stage in "${stages[@]}"; do
 done
 tar -czf "$out/results.tar.gz" -C "$out" run
 for f in fused_default.txt allreduce.txt; do [[ -f $out/run/$f ]] && cp "$out/run/$f" "$out/$f"; done
-[[ -f $out/run/world1/compare_world1.txt ]] && cp "$out/run/world1/compare_world1.txt" "$out/"
+for f in "$out"/run/world1/compare_world1_*.txt; do [[ -f $f ]] && cp "$f" "$out/"; done
 [[ -f $out/run/ctest_gpu.log ]] && cp "$out/run/ctest_gpu.log" "$out/"
 exit 0

@@ -368,7 +368,7 @@ for stage in "$@"; do
       cp bench/results/*-e2e*-"$ARF_GIT_COMMIT"/e2e.json "$out/log/" 2>/dev/null ;;
     perf)
       bash scripts/bench_world1.sh "$out/log/world1" > "$out/log/world1.txt" 2>&1
-      echo "world1: exit $?"; tail -25 "$out/log/world1/compare_world1.txt" 2>/dev/null
+      echo "world1: exit $?"; tail -n 8 "$out"/log/world1/compare_world1_*.txt 2>/dev/null
       bash scripts/bench_world1_quant.sh "$out/log/world1_quant" > "$out/log/world1_quant.txt" 2>&1
       echo "world1 quant: exit $?"; tail -30 "$out/log/world1_quant/compare_world1_quant.txt" 2>/dev/null ;;
     *) echo "unknown stage $stage" ;;

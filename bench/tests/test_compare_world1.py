@@ -1,7 +1,11 @@
 """CPU tests of bench/compare_world1.py: the world-1 targets' verdicts from synthetic JSON (the
 numbers are made up; what is tested is the rule, including the noise allowance)."""
+import contextlib
+import io
+import json
 import os
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -65,6 +69,23 @@ class CompareWorld1(unittest.TestCase):
             [torch_row(4096, 60.0), torch_row(16384, 300.0)])
         self.assertEqual(speed_misses, [4096, 8192, 16384])
         self.assertEqual(copy_misses, [4096, 16384])
+
+    def test_runs_of_different_shapes_are_refused(self):
+        arf = {"header": {"hidden": 8192, "dtype": "bf16"}, "rows": [arf_row(1, 3.0, 1.0)]}
+        same = {"header": {"hidden": 8192, "dtype": "bf16"}, "rows": [torch_row(1, 3.0)]}
+        self.assertIsNone(cw.shape_mismatch(arf, same))
+        for key, value in (("hidden", 16384), ("dtype", "fp16")):
+            other = {"header": dict(same["header"], **{key: value}), "rows": same["rows"]}
+            self.assertIn(key, cw.shape_mismatch(arf, other))
+            with tempfile.TemporaryDirectory() as d:
+                paths = [os.path.join(d, n) for n in ("a.json", "t.json")]
+                for path, doc in zip(paths, (arf, other)):
+                    with open(path, "w") as f:
+                        json.dump(doc, f)
+                sys.argv = ["compare_world1.py", *paths]
+                with contextlib.redirect_stderr(io.StringIO()) as err:
+                    self.assertEqual(cw.main(), 2)
+                self.assertIn("different functions", err.getvalue())
 
 
 if __name__ == "__main__":
