@@ -200,7 +200,11 @@ def probe_fp8(ctx, ms: list[int]) -> tuple[str | None, str]:
                     x_deq = q.float() * s
                 ref = x_deq @ w_deq.t()
                 for what, sv in cases:
-                    out = model.fp8_gemm(q, sv, w8, ws, mode).float()
+                    try:
+                        out = model.fp8_gemm(q, sv, w8, ws, mode).float()
+                    except Exception as e:  # noqa: BLE001 - re-raised with the size that failed
+                        raise RuntimeError(f"M={m}, {what}: {type(e).__name__}: "
+                                           f"{str(e).splitlines()[0][:240]}") from e
                     rel = float((out - ref).norm() / ref.norm().clamp_min(1e-30))
                     if not rel < 1e-2:
                         raise AssertionError(f"M={m}, {what}: relative error {rel:.3g} vs the "

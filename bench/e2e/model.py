@@ -190,9 +190,21 @@ def outer_major(s: torch.Tensor) -> torch.Tensor:
 
 
 def fp8_gemm(q, s, w8, ws, mode):
-    """bf16 [M, N] = (q * s) @ (w8 * ws)^T with torch._scaled_mm (cuBLASLt)."""
+    """bf16 [M, N] = (q * s) @ (w8 * ws)^T with torch._scaled_mm (cuBLASLt).
+
+    Per group, M is padded to M' = round_up(M, 4) (zero rows of scale 1, their output rows
+    dropped), so the outer-dim-major 1x128 scales' leading dimension spans whole 16 bytes, which
+    cuBLASLt's block scaling is reported to need: unpadded, torch 2.11 on an H200 refused the
+    probe's GEMMs (M in [1, 32]) with CUBLAS_STATUS_NOT_SUPPORTED. Every variant pads the same
+    way, so they compare the same GEMM."""
     if mode == "per_group":
-        return torch._scaled_mm(q, w8.t(), outer_major(s), ws.t(), out_dtype=torch.bfloat16)
+        m = q.shape[0]
+        pad = -m % 4
+        if pad:
+            q = F.pad(q.view(torch.uint8), (0, 0, 0, pad)).view(q.dtype)
+            s = F.pad(s.t(), (0, pad), value=1.0).t()   # [M', K/128], strides (1, M')
+        out = torch._scaled_mm(q, w8.t(), outer_major(s), ws.t(), out_dtype=torch.bfloat16)
+        return out[:m] if pad else out
     return torch._scaled_mm(q, w8.t(), s, ws.view(1, -1), out_dtype=torch.bfloat16)
 
 
