@@ -19,6 +19,7 @@
 // 1 + gamma and aliasing with quantized patterns (the epilogue shares that code with
 // residual_rmsnorm, tested in test_sequences.cc), CUDA graphs. Expected runtime on one H200:
 // about a minute (about 6500 calls, mostly allocation), not yet measured.
+// QuantManyRows: every format at 2000-4500 tokens (several rows per CTA) at worlds 1 and 2.
 // QuantEdge (edge values): fp8 per-tensor with values near and past 448 * scale,
 // per-token and per-group with the largest scales RMSNorm allows and huge input magnitudes.
 #include <gtest/gtest.h>
@@ -252,6 +253,71 @@ TEST_P(QuantEdge, Fp8NearAndPastMaxAndLargeScales) {
 INSTANTIATE_TEST_SUITE_P(Quant, QuantEdge,
                          ::testing::Combine(::testing::Values(arfBFloat16, arfFloat16),
                                             ::testing::Values(2, 8)),
+                         [](const ::testing::TestParamInfo<QuantParam>& info) {
+                           return std::string(dtype_tag(std::get<0>(info.param))) + "_ws" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// ---- many rows per CTA: the streaming kernels' row pipeline --------------------------------
+
+// The token counts above stay below one row per CTA at world 1 (the streaming kernel's grid is one
+// wave: every SM's worth of CTAs). Here every format runs with several rows per CTA, so a CTA's
+// row loop, its prefetch of the next row and (where a pattern stages rows through shared memory)
+// the reuse of each row buffer are exercised: 2000 tokens at 7168 columns, 4500 at 2048
+// (about 4 or more rows per CTA on an H200's 132 SMs), alternating between formats. Per data set: auto with the norm
+// side output (the anchor), a fused algorithm at level 2 without it, unfused at level 3; at world 2
+// levels 2 and 3 run the local epilogue (the same streaming kernels) after the all-reduce.
+class QuantManyRows : public ::testing::TestWithParam<QuantParam> {};
+
+TEST_P(QuantManyRows, EveryFormatWithSeveralRowsPerCta) {
+  const auto [dtype, world_size] = GetParam();
+  WorldOptions options;
+  options.world_size = world_size;
+  options.dtype = dtype;
+  options.max_tokens = 4608;
+  const std::unique_ptr<World> world = World::create(options);
+  ASSERT_NE(world, nullptr);
+  constexpr std::pair<int64_t, int64_t> kShapes[] = {{7168, 2000}, {2048, 4500}};
+  std::vector<QuantCallSpec> specs;
+  size_t num_data = 0;
+  for (size_t f = 0; f < sizeof(kFormats) / sizeof(kFormats[0]); ++f) {
+    const ScaleFormat& fmt = kFormats[f];
+    // FP8 per-token and per-group (row-major, fp32) at both shapes, the rest at one in turn
+    const bool both = fmt.pattern == arfPatternResidualRmsNormFp8PerToken ||
+                      (fmt.pattern == arfPatternResidualRmsNormFp8PerGroup &&
+                       fmt.layout == arfScaleRowMajor && fmt.format == arfScaleFp32);
+    for (size_t sh = 0; sh < 2; ++sh) {
+      if (!both && sh != f % 2) continue;
+      QuantCallSpec base;
+      base.pattern = fmt.pattern;
+      base.scale_layout = fmt.layout;
+      base.scale_format = fmt.format;
+      base.hidden = kShapes[sh].first;
+      base.num_tokens = kShapes[sh].second;
+      base.data_index = num_data++;
+      specs.push_back(base);
+      QuantCallSpec level2 = base;
+      level2.algorithm = kFused[base.data_index % 3];
+      level2.fallback = arfFallbackTwoKernels;
+      level2.norm_side_output = false;
+      specs.push_back(level2);
+      QuantCallSpec unfused = base;
+      unfused.algorithm = arfAlgoUnfused;
+      specs.push_back(unfused);
+    }
+  }
+  std::vector<CallData> data(num_data);
+  parallel_for(static_cast<int64_t>(num_data), [&](int64_t d) {
+    data[d] = make_call_data(specs[3 * d].data_spec(), world_size, dtype, mix_seed(test_seed(), 7000 + d));
+  });
+  const std::vector<QuantCallResult> results = run_quant_calls(*world, specs, data);
+  if (::testing::Test::HasFatalFailure()) return;
+  check_quant_calls(*world, specs, data, results);
+}
+
+INSTANTIATE_TEST_SUITE_P(Quant, QuantManyRows,
+                         ::testing::Values(QuantParam{arfBFloat16, 1}, QuantParam{arfFloat16, 1},
+                                           QuantParam{arfBFloat16, 2}),
                          [](const ::testing::TestParamInfo<QuantParam>& info) {
                            return std::string(dtype_tag(std::get<0>(info.param))) + "_ws" +
                                   std::to_string(std::get<1>(info.param));
