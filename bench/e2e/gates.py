@@ -43,8 +43,9 @@ without the eager per-op bf16 roundings. For each: max ulp of the final hidden s
 bitwise equal, logits cosine (min/mean over the decode steps), greedy agreement.
 
 Teacher forcing: the reference variant ((a), else (c), else (e_a), (e_c), else the first variant
-that runs: config.gate_order) decodes greedily, every rank feeding rank 0's token; every other variant is fed the reference's tokens, so its prediction at each step is
-compared with the reference's at the same context.
+that runs: config.gate_order) decodes greedily, every rank feeding rank 0's token; every other
+variant is fed the reference's tokens, so its prediction at each step is compared with the
+reference's at the same context.
 """
 
 from __future__ import annotations

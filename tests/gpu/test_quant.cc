@@ -109,6 +109,10 @@ std::string format_text(const ScaleFormat& f) {
 
 using QuantParam = std::tuple<arfDataType_t, int>;
 
+std::string quant_param_name(const ::testing::TestParamInfo<QuantParam>& info) {
+  return std::string(dtype_tag(std::get<0>(info.param))) + "_ws" + std::to_string(std::get<1>(info.param));
+}
+
 class QuantMatrix : public ::testing::TestWithParam<QuantParam> {};
 
 TEST_P(QuantMatrix, EveryFormatAlgorithmAndLevel) {
@@ -144,10 +148,7 @@ TEST_P(QuantMatrix, EveryFormatAlgorithmAndLevel) {
 INSTANTIATE_TEST_SUITE_P(Quant, QuantMatrix,
                          ::testing::Combine(::testing::Values(arfBFloat16, arfFloat16),
                                             ::testing::Values(1, 2, 4, 8)),
-                         [](const ::testing::TestParamInfo<QuantParam>& info) {
-                           return std::string(dtype_tag(std::get<0>(info.param))) + "_ws" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         quant_param_name);
 
 // ---- edge values: FP8 near and past its maximum, large dynamic scales, huge magnitudes -------
 
@@ -205,6 +206,20 @@ constexpr EdgeFormat kEdgeFormats[] = {
     {arfPatternResidualRmsNormFp8PerGroup, arfScaleMnMajor, arfScaleUe8m0Packed, kStaticScale},
 };
 
+// Three calls on base's data set: base itself (auto with the norm side output: the anchor), a
+// fused algorithm at level 2 without the side output, and unfused (level 3) with it.
+void add_anchor_level2_unfused(const QuantCallSpec& base, std::vector<QuantCallSpec>* specs) {
+  specs->push_back(base);
+  QuantCallSpec level2 = base;
+  level2.algorithm = kFused[base.data_index % 3];
+  level2.fallback = arfFallbackTwoKernels;
+  level2.norm_side_output = false;
+  specs->push_back(level2);
+  QuantCallSpec unfused = base;
+  unfused.algorithm = arfAlgoUnfused;
+  specs->push_back(unfused);
+}
+
 class QuantEdge : public ::testing::TestWithParam<QuantParam> {};
 
 // One batch: per format, two data sets (4096 x 6 tokens, 7168 x 33), each run as auto with the
@@ -233,16 +248,7 @@ TEST_P(QuantEdge, Fp8NearAndPastMaxAndLargeScales) {
       data.push_back(make_call_data(base.data_spec(), world_size, dtype,
                                     mix_seed(test_seed(), base.data_index)));
       shape_edge_rows(data.back(), tokens, hidden, ref_dtype(dtype));
-      QuantCallSpec anchor = base;
-      specs.push_back(anchor);
-      QuantCallSpec level2 = base;
-      level2.algorithm = kFused[base.data_index % 3];
-      level2.fallback = arfFallbackTwoKernels;
-      level2.norm_side_output = false;
-      specs.push_back(level2);
-      QuantCallSpec unfused = base;
-      unfused.algorithm = arfAlgoUnfused;
-      specs.push_back(unfused);
+      add_anchor_level2_unfused(base, &specs);
     }
   }
   const std::vector<QuantCallResult> results = run_quant_calls(*world, specs, data);
@@ -253,20 +259,17 @@ TEST_P(QuantEdge, Fp8NearAndPastMaxAndLargeScales) {
 INSTANTIATE_TEST_SUITE_P(Quant, QuantEdge,
                          ::testing::Combine(::testing::Values(arfBFloat16, arfFloat16),
                                             ::testing::Values(2, 8)),
-                         [](const ::testing::TestParamInfo<QuantParam>& info) {
-                           return std::string(dtype_tag(std::get<0>(info.param))) + "_ws" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         quant_param_name);
 
 // ---- many rows per CTA: the streaming kernels' row pipeline --------------------------------
 
 // The token counts above stay below one row per CTA at world 1 (the streaming kernel's grid is one
 // wave: every SM's worth of CTAs). Here every format runs with several rows per CTA, so a CTA's
 // row loop, its prefetch of the next row and (where a pattern stages rows through shared memory)
-// the reuse of each row buffer are exercised: 2000 tokens at 7168 columns, 4500 at 2048
-// (about 4 or more rows per CTA on an H200's 132 SMs), alternating between formats. Per data set: auto with the norm
-// side output (the anchor), a fused algorithm at level 2 without it, unfused at level 3; at world 2
-// levels 2 and 3 run the local epilogue (the same streaming kernels) after the all-reduce.
+// the reuse of each row buffer are exercised: 2000 tokens at 7168 columns, 4500 at 2048 (about 4
+// or more rows per CTA on an H200's 132 SMs), alternating between formats. Per data set the three
+// calls of add_anchor_level2_unfused; at world 2 levels 2 and 3 run the local epilogue (the same
+// streaming kernels) after the all-reduce.
 class QuantManyRows : public ::testing::TestWithParam<QuantParam> {};
 
 TEST_P(QuantManyRows, EveryFormatWithSeveralRowsPerCta) {
@@ -295,15 +298,7 @@ TEST_P(QuantManyRows, EveryFormatWithSeveralRowsPerCta) {
       base.hidden = kShapes[sh].first;
       base.num_tokens = kShapes[sh].second;
       base.data_index = num_data++;
-      specs.push_back(base);
-      QuantCallSpec level2 = base;
-      level2.algorithm = kFused[base.data_index % 3];
-      level2.fallback = arfFallbackTwoKernels;
-      level2.norm_side_output = false;
-      specs.push_back(level2);
-      QuantCallSpec unfused = base;
-      unfused.algorithm = arfAlgoUnfused;
-      specs.push_back(unfused);
+      add_anchor_level2_unfused(base, &specs);
     }
   }
   std::vector<CallData> data(num_data);
@@ -318,10 +313,7 @@ TEST_P(QuantManyRows, EveryFormatWithSeveralRowsPerCta) {
 INSTANTIATE_TEST_SUITE_P(Quant, QuantManyRows,
                          ::testing::Values(QuantParam{arfBFloat16, 1}, QuantParam{arfFloat16, 1},
                                            QuantParam{arfBFloat16, 2}),
-                         [](const ::testing::TestParamInfo<QuantParam>& info) {
-                           return std::string(dtype_tag(std::get<0>(info.param))) + "_ws" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         quant_param_name);
 
 // A quantized call validation refuses launches nothing and leaves the communicator usable: the
 // next, valid, batch runs and checks clean.
