@@ -189,17 +189,19 @@ constexpr KernelKey epilogue_kernel_key(DType dtype, Pattern pattern, int vecs, 
 // wait for no peer (world 1, the local epilogue), for the epilogues where staging was measured
 // faster than the register loop (one H200, hidden 8192 with 512-thread blocks, the same run:
 // residual + RMSNorm 0.2-20% faster at every token count 1..16384, FP8 per-tensor 3-19% faster
-// but for +4% at 1024 tokens; FP8 per-group 3-10% slower, so it and the patterns not yet measured
-// keep the register loop). Each CTA keeps kStagedRowBuffers rows of input and residual_in in
+// but for +4% at 1024 tokens). FP8 per-token and per-group stage too: per-group was 3-10% slower
+// staged when its kernels still held the scale addressing in registers and spilled; FP4 keeps the
+// register loop (not measured staged). Each CTA keeps kStagedRowBuffers rows of input and residual_in in
 // shared memory instead of registers. The host passes the buffers as dynamic shared memory
 // (staged_rows_smem_bytes); kernel_row.cuh asserts, per built kernel, that the epilogue type's
 // kStagesRows says the same.
 inline constexpr int kStagedRowBuffers = 3;
 constexpr bool stages_rows(const KernelKey& key) {
   const bool streaming = key.kernel == KernelKind::kLocalEpilogue || key.world == 1;
+  const bool fp8 = key.pattern == Pattern::kFp8PerTensor || key.pattern == Pattern::kFp8PerToken ||
+                   key.pattern == Pattern::kFp8PerGroup;
   const bool staged_epilogue =
-      key.pattern == Pattern::kResidualRmsNorm ||
-      (key.pattern == Pattern::kFp8PerTensor && key.patterns == PatternSet::kQuant);
+      key.pattern == Pattern::kResidualRmsNorm || (fp8 && key.patterns == PatternSet::kQuant);
   return streaming && staged_epilogue;
 }
 // Dynamic shared memory of a launch of `key` over rows of row_elems columns (0 unless it stages):

@@ -172,7 +172,7 @@ struct Fp8PerTensorQuant {
 };
 
 struct Fp8PerTokenQuant {
-  static constexpr bool kStagesRows = false;
+  static constexpr bool kStagesRows = true;
   struct Cta {};
   __device__ static Cta cta_state(const KernelParams&) { return {}; }
   __device__ static void write_scale_padding(const KernelParams&) {}
@@ -197,7 +197,7 @@ __device__ __forceinline__ char* scale_at(const KernelParams& p, int64_t row, in
 // One scale per 1x128 group (16 vectors on 16 lanes): fp32 amax/448, or rounded up to a power of
 // two (UE8M0) stored as fp32 or as packed bytes.
 struct Fp8PerGroupQuant {
-  static constexpr bool kStagesRows = false;
+  static constexpr bool kStagesRows = true;
   static constexpr int kGroupVecs = quant::kFp8GroupElems / kElemsPerVec;
   __device__ static quant::ScaleStorage storage(const KernelParams& p) {
     return p.scale_format == kScaleFormatUe8m0Packed ? quant::ScaleStorage::kByte : quant::ScaleStorage::kFp32;

@@ -179,7 +179,7 @@ TEST(KernelSet, Chains) {
 }
 
 // Staged rows (streaming_epilogue.cuh): exactly the protocol-free kernels of residual + RMSNorm
-// and of FP8 per-tensor (norm + quantization, not quantize-only) stage (every vector count),
+// and of the FP8 patterns (norm + quantization, not quantize-only) stage (every vector count),
 // and every staged launch a plan can make fits its SM's shared memory within the limit
 // preload_kernels sets.
 TEST(KernelSet, StagedRowsRuleAndSharedMemory) {
@@ -187,8 +187,9 @@ TEST(KernelSet, StagedRowsRuleAndSharedMemory) {
     const KernelKey key{static_cast<DType>(std::get<0>(t)), static_cast<KernelKind>(std::get<1>(t)), std::get<2>(t),
                         static_cast<PatternSet>(std::get<3>(t)), static_cast<Pattern>(std::get<4>(t)), std::get<5>(t)};
     const bool protocol_free = key.kernel == KernelKind::kLocalEpilogue || key.world == 1;
-    const bool staged_pattern = key.pattern == Pattern::kResidualRmsNorm ||
-                                (key.pattern == Pattern::kFp8PerTensor && key.patterns == PatternSet::kQuant);
+    const bool fp8 = key.pattern == Pattern::kFp8PerTensor || key.pattern == Pattern::kFp8PerToken ||
+                     key.pattern == Pattern::kFp8PerGroup;
+    const bool staged_pattern = key.pattern == Pattern::kResidualRmsNorm || (fp8 && key.patterns == PatternSet::kQuant);
     const bool expected = protocol_free && staged_pattern;
     EXPECT_EQ(stages_rows(key), expected) << text_of(key);
     for (int hidden = 8; hidden <= kMaxHidden; hidden += 8) {
