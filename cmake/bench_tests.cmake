@@ -15,7 +15,8 @@ if(ARF_BUILD_TESTS AND ARF_BUILD_BENCH AND TARGET arfusion_bench_core)
 endif()
 
 # The benchmark and soak scripts' rules (bench/tests: compare_world1*.py's targets and the noise
-# allowance of timing_noise.py, scripts/soak_tally.py's pooling of churn runs), on synthetic JSON:
+# allowance of timing_noise.py, ab_summary.py's A/A rule, scripts/soak_tally.py's pooling of churn
+# runs), on synthetic JSON:
 # plain Python.
 find_package(Python3 COMPONENTS Interpreter)
 if(ARF_BUILD_TESTS AND Python3_Interpreter_FOUND)

@@ -48,7 +48,8 @@
 #             The plain all-reduce (16 KiB-16 MiB) and the fused sweep (hidden 8192, 1-2048 tokens;
 #             ARF_CANDIDATE_OPS, ARF_CANDIDATE_SWEEP, ARF_CANDIDATE_WORLDS for others)
 #             at 2, 4, 8 virtual ranks, base, an A/A copy of base (ARF_CANDIDATE_AA, default 1) and
-#             every candidate in turn, 2 rounds (-n 100 -G 3 -R 3);
+#             every candidate in turn, 2 rounds (-n 100 -G 3 -R 3), tabulated by bench/ab_summary.py
+#             (log/ab_summary.txt: a cell counts only beyond the A/A copy's difference);
 #             then, with ARF_CANDIDATE_TESTS=1 (full libraries only), each candidate's GPU suite and
 #             churn soak at 2 and 8 virtual ranks
 #   policy    what auto should pick where ranks share a GPU: the plain all-reduce (16 KiB-64 MiB) and
@@ -269,6 +270,8 @@ for stage in "$@"; do
       read -ra csweep <<< "${ARF_CANDIDATE_SWEEP:-}"
       AB_WORLDS=${ARF_CANDIDATE_WORLDS:-2 4 8} ab_rounds ab "${ARF_CANDIDATE_OPS:-allreduce fused}" \
         oneshot_lamport,oneshot_pull,twoshot,auto "${csweep[@]}"
+      python3 bench/ab_summary.py "$out/log" > "$out/log/ab_summary.txt" 2>&1
+      echo "ab summary: exit $?"; grep -E "^[A-Za-z0-9_.-]+: \{" "$out/log/ab_summary.txt"
       [[ ${ARF_CANDIDATE_TESTS:-0} == 1 ]] || continue
       for ((i = 1; i < ${#names[@]}; i++)); do
         name=${names[$i]}; lp=${dirs[$i]}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
