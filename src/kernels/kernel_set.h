@@ -189,10 +189,11 @@ constexpr KernelKey epilogue_kernel_key(DType dtype, Pattern pattern, int vecs, 
 // wait for no peer (world 1, the local epilogue), for the epilogues where staging was measured
 // faster than the register loop (one H200, hidden 8192 with 512-thread blocks, the same run:
 // residual + RMSNorm 0.2-20% faster at every token count 1..16384, FP8 per-tensor 3-19% faster
-// but for +4% at 1024 tokens). FP8 per-token and per-group stage too: per-group was 3-10% slower
-// staged when its kernels still held the scale addressing in registers and spilled; FP4 keeps the
-// register loop (not measured staged). Each CTA keeps kStagedRowBuffers rows of input and residual_in in
-// shared memory instead of registers. The host passes the buffers as dynamic shared memory
+// but for +4% at 1024 tokens). FP8 per-token and per-group stage too (another run: 1-19% faster at
+// every token count but +0.8% per-token at 1024; per-group had been 3-10% slower staged while its
+// kernels held the scale addressing in registers and spilled); FP4 keeps the register loop (not
+// measured staged). Each CTA keeps kStagedRowBuffers rows of input and residual_in in shared
+// memory instead of registers. The host passes the buffers as dynamic shared memory
 // (staged_rows_smem_bytes); kernel_row.cuh asserts, per built kernel, that the epilogue type's
 // kStagesRows says the same.
 inline constexpr int kStagedRowBuffers = 3;
