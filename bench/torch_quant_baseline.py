@@ -222,7 +222,7 @@ def mark_tokens_dynamic(tensors, tokens, shapes):
 
 
 def call_sets_for(pattern, tokens, hidden, sets, gen, eps, shapes):
-    xs, residuals, gamma = make_inputs(tokens, hidden, sets, gen)
+    xs, residuals, gamma = make_inputs(tokens, hidden, sets, gen, torch.bfloat16)
     mark_tokens_dynamic(xs + residuals, tokens, shapes)
     scale_in = scale_in_for(pattern, xs[0].device)
     return [(xs[i], residuals[i], gamma, scale_in, eps) for i in range(sets)]
