@@ -62,12 +62,14 @@ __device__ __forceinline__ void cp_async_wait() {
 // values were consumed (stored) in iteration i - 1, so its shared-memory reads are complete. Every
 // thread commits one group per iteration, empty past the last row, so "all but
 // kStagedRowBuffers - 1 groups complete" always means "this row's group complete".
-template <typename Epilogue, bool kCanonical>
+// kBuffers other than kStagedRowBuffers: launch-shape experiments only (the host sizes the
+// library's launches for kStagedRowBuffers).
+template <typename Epilogue, bool kCanonical, int kBuffers = kStagedRowBuffers>
 __device__ __forceinline__ void stream_staged_rows(const KernelParams& p) {
   constexpr int kVecs = Epilogue::kVecs;
   static_assert(kVecs <= 2 && requires(typename Epilogue::Prefetch pre) { pre.residual[0]; },
                 "staged rows are for residual-add epilogues whose prefetch is residual_in alone");
-  constexpr int kBuffers = kStagedRowBuffers;
+  static_assert(kBuffers >= 2);
   extern __shared__ uint4 staged_rows[];  // kBuffers x 2 x row_vecs (kernel_set.h)
   const int row_vecs = p.row_elems / kElemsPerVec;
   const bool has_residual = p.residual_in != nullptr;

@@ -5,8 +5,10 @@
 // and so the reduction order, is the same in every variant; what changes is where the next rows
 // wait (registers, or the library's staged rows in shared memory: streaming_epilogue.cuh), how
 // many CTAs an SM holds (__launch_bounds__ min blocks, hence the register cap; a capped variant
-// that spills shows what spilling costs), and the grid (one wave of resident CTAs, or one CTA per
-// row).
+// that spills shows what spilling costs), the staged rows' buffer count, and the grid (one wave of
+// resident CTAs, or one CTA per row). With the norm run controls (copy4_*): the same four streams of
+// bytes by the same thread -> element map with no arithmetic, at 2 and 4 CTAs an SM (capped by
+// shared memory), so what the launch shape alone reaches; their outputs are not compared.
 //
 //   cmake --build build --target arfusion_stream_variants     (or nvcc -std=c++20 -O3 -arch=sm_90
 //     -Isrc -Iinclude --expt-relaxed-constexpr tests/experiments/stream_variants.cu)
@@ -58,6 +60,35 @@ __global__ void __launch_bounds__(arf::kMaxBlockThreads, arf::kMinCtasPerSm) sta
   arf::stream_staged_rows<E, true>(p);
 }
 
+// Staged rows with kBuffers row buffers a CTA and a register cap for kMinBlocks CTAs of the block an SM.
+template <typename E, int kBuffers, int kMinBlocks>
+__global__ void __launch_bounds__(kBlock, kMinBlocks) staged_shape_kernel(const KernelParams p) {
+  arf::stream_staged_rows<E, true, kBuffers>(p);
+}
+
+// Control, not an epilogue: the norm's four streams (input and residual_in read, residual_out and
+// norm_out written, 16-byte vectors by the same thread -> element map) with no arithmetic and no
+// reduction, so what the launch shape alone reaches on this memory system. Its occupancy is set
+// by the dynamic shared memory the variant asks for, not by its registers.
+__global__ void __launch_bounds__(kBlock, 4) copy4_kernel(const KernelParams p) {
+  for (int row = static_cast<int>(blockIdx.x); row < p.num_rows; row += static_cast<int>(gridDim.x)) {
+    const arf::RowSlice s = arf::row_slice(p, row);
+    uint4 a[2], b[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (!s.owns(k)) continue;
+      a[k] = arf::ld_stream_v4(arf::elem_ptr(p.input, s.elem(k)));
+      b[k] = arf::ld_stream_v4(arf::elem_ptr(p.residual_in, s.elem(k)));
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (!s.owns(k)) continue;
+      arf::st_v4(arf::elem_ptr(p.residual_out, s.elem(k)), a[k]);
+      arf::st_v4(arf::elem_ptr(p.norm_out, s.elem(k)), b[k]);
+    }
+  }
+}
+
 enum class GridRule { kPersistent, kPerRow };
 
 struct Variant {
@@ -66,7 +97,13 @@ struct Variant {
   int ctas_per_sm;  // the grid of a persistent variant: ctas_per_sm * SMs
   GridRule grid;
   int stages = 0;  // row buffers in dynamic shared memory (the library's staged rows)
+  size_t occupancy_smem = 0;  // dynamic shared memory asked for only to cap the CTAs per SM
+  bool control = false;       // not an epilogue: its outputs are not compared
 };
+
+// Dynamic shared memory that leaves room for at most n CTAs an SM (227 KiB usable, 1 KiB reserved
+// per CTA).
+constexpr size_t smem_for_ctas_per_sm(int n) { return (227 * 1024) / n - 1024; }
 
 template <typename E>
 std::vector<Variant> variants() {
@@ -77,6 +114,18 @@ std::vector<Variant> variants() {
       {"registers_plain_2", &variant_kernel<E, false, 2>, 2, GridRule::kPersistent},
       {"registers_pipelined_3", &variant_kernel<E, true, 3>, 3, GridRule::kPersistent},
       {"registers_plain_2_per_row", &variant_kernel<E, false, 2>, 2, GridRule::kPerRow},
+      {"staged_2buf_2cta", &staged_shape_kernel<E, 2, 2>, 2, GridRule::kPersistent, 2},
+      {"staged_2buf_3cta", &staged_shape_kernel<E, 2, 3>, 3, GridRule::kPersistent, 2},
+  };
+}
+
+// The controls, run with the norm: the same bytes with no epilogue, at 2 and 4 CTAs an SM.
+std::vector<Variant> controls() {
+  return {
+      {"copy4_persistent_2cta", &copy4_kernel, 2, GridRule::kPersistent, 0, smem_for_ctas_per_sm(2), true},
+      {"copy4_per_row_2cta", &copy4_kernel, 2, GridRule::kPerRow, 0, smem_for_ctas_per_sm(2), true},
+      {"copy4_per_row_4cta", &copy4_kernel, 4, GridRule::kPerRow, 0, smem_for_ctas_per_sm(4), true},
+      {"copy4_persistent_4cta", &copy4_kernel, 4, GridRule::kPersistent, 0, smem_for_ctas_per_sm(4), true},
   };
 }
 
@@ -218,12 +267,17 @@ void run_pattern(const Pattern& pat, const Args& a, int sms, double copy) {
       return v.grid == GridRule::kPerRow ? tokens : std::min(tokens, v.ctas_per_sm * sms);
     };
     auto smem_of = [&](const Variant& v) {
-      return static_cast<size_t>(v.stages) * 2 * (a.hidden / arf::kElemsPerVec) * sizeof(uint4);
+      return v.occupancy_smem + static_cast<size_t>(v.stages) * 2 * (a.hidden / arf::kElemsPerVec) * sizeof(uint4);
     };
+    // A kernel several variants share gets the largest of their shared-memory sizes.
     for (const Variant& v : pat.vs) {
-      if (v.stages > 0) {
+      size_t most = 0;
+      for (const Variant& w : pat.vs) {
+        if (w.fn == v.fn) most = std::max(most, smem_of(w));
+      }
+      if (most > 0) {
         CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(v.fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(smem_of(v))));
+                                   static_cast<int>(most)));
       }
     }
     auto launch = [&](const Variant& v, const Set& s) {
@@ -253,7 +307,7 @@ void run_pattern(const Pattern& pat, const Args& a, int sms, double copy) {
           out.insert(out.end(), o3.begin(), o3.end());
         }
         if (vi == 0) ref.push_back(std::move(out));
-        else if (out != ref[i]) same[vi] = false;
+        else if (!pat.vs[vi].control && out != ref[i]) same[vi] = false;
       }
     }
     // Timing: per repeat, every variant in turn (interleaved), iters calls rotating the sets.
@@ -282,7 +336,8 @@ void run_pattern(const Pattern& pat, const Args& a, int sms, double copy) {
       const double med = t[t.size() / 2];
       std::printf("%-10s h%-6d T%-6d %-22s grid %6d  %9.2f us  (%.2f..%.2f)  %5.1f%% of copy  bits %s\n",
                   pat.name, a.hidden, tokens, pat.vs[vi].name, grid_of(pat.vs[vi]), med, t.front(), t.back(),
-                  100.0 * bytes / (med * 1e-6) / 1e9 / copy, same[vi] ? "same" : "DIFFER");
+                  100.0 * bytes / (med * 1e-6) / 1e9 / copy,
+                  pat.vs[vi].control ? "(control)" : same[vi] ? "same" : "DIFFER");
     }
     std::fflush(stdout);
     for (Set& s : sets) {
@@ -316,7 +371,9 @@ int main(int argc, char** argv) {
   }
   using Norm = arf::ResidualRmsNormEpilogue<T, 2, true>;
   using Fp8Group = arf::ResidualRmsNormQuantEpilogue<T, 2, arf::Fp8PerGroupQuant, true>;
-  run_pattern({"norm", variants<Norm>(), false}, a, sms, copy);
+  std::vector<Variant> norm = variants<Norm>();
+  for (const Variant& v : controls()) norm.push_back(v);
+  run_pattern({"norm", norm, false}, a, sms, copy);
   run_pattern({"fp8_group", variants<Fp8Group>(), true}, a, sms, copy);
   return 0;
 }
