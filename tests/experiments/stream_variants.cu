@@ -13,6 +13,12 @@
 //   cmake --build build --target arfusion_stream_variants     (or nvcc -std=c++20 -O3 -arch=sm_90
 //     -Isrc -Iinclude --expt-relaxed-constexpr tests/experiments/stream_variants.cu)
 //   build/arfusion_stream_variants [--tokens 512,2048,4096,16384] [--hidden 8192] [--repeats 7] [--iters 50]
+//                                  [--clean-l2 1]
+//
+// --clean-l2 1 times each call alone, right after a kernel that reads a buffer several times the
+// L2's size (its lines clean, so nothing an earlier call wrote is left dirty in L2 for this one to
+// write back), as Nsight Compute's cache control starts a profiled kernel; by default the calls run
+// back to back, as in a model step, each paying the write-back of the previous call's outputs.
 //
 // Prints one line per (pattern, tokens, variant): median us per call (eager launches; at small
 // token counts the launch rate, not the kernel, sets the figure), min..max over the repeats, bytes
@@ -138,6 +144,7 @@ struct Args {
   int hidden = 8192;
   int repeats = 7;
   int iters = 50;
+  bool clean_l2 = false;
 };
 
 std::vector<int> parse_list(const char* s) {
@@ -158,6 +165,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--hidden") a.hidden = std::atoi(argv[i + 1]);
     else if (k == "--repeats") a.repeats = std::atoi(argv[i + 1]);
     else if (k == "--iters") a.iters = std::atoi(argv[i + 1]);
+    else if (k == "--clean-l2") a.clean_l2 = std::atoi(argv[i + 1]) != 0;
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); std::exit(2); }
   }
   return a;
@@ -210,13 +218,40 @@ std::vector<char> fetch(const void* dev, size_t bytes) {
   return h;
 }
 
+// Reads every 16-byte vector of `buf` once through L2 (plain loads: the lines it leaves are clean).
+__global__ void read_sweep_kernel(const uint4* buf, size_t vecs, unsigned* sink) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < vecs;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = buf[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // a use of the loads the compiler cannot drop
+}
+
+// A buffer four times the L2 and the sweep that leaves L2 holding only its clean lines.
+struct L2Cleaner {
+  uint4* buf = nullptr;
+  size_t vecs = 0;
+  unsigned* sink = nullptr;
+  void init() {
+    int l2 = 0;
+    CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+    vecs = 4 * static_cast<size_t>(l2) / sizeof(uint4);
+    CHECK(cudaMalloc(&buf, vecs * sizeof(uint4)));
+    CHECK(cudaMemset(buf, 0x5a, vecs * sizeof(uint4)));
+    CHECK(cudaMalloc(&sink, sizeof(unsigned)));
+  }
+  void run() const { read_sweep_kernel<<<1024, 512>>>(buf, vecs, sink); }
+};
+
 struct Pattern {
   const char* name;
   std::vector<Variant> vs;
   bool quant;
 };
 
-void run_pattern(const Pattern& pat, const Args& a, int sms, double copy) {
+void run_pattern(const Pattern& pat, const Args& a, int sms, double copy, const L2Cleaner& cleaner) {
   const int kSets = 4;
   void* gamma;
   CHECK(cudaMalloc(&gamma, a.hidden * sizeof(T)));
@@ -318,17 +353,36 @@ void run_pattern(const Pattern& pat, const Args& a, int sms, double copy) {
     for (size_t vi = 0; vi < pat.vs.size(); ++vi) {
       for (int w = 0; w < 8; ++w) launch(pat.vs[vi], sets[w % kSets]);  // warm-up
     }
+    // --clean-l2: one event pair per call, around the call alone.
+    std::vector<cudaEvent_t> marks(a.clean_l2 ? 2 * a.iters : 0);
+    for (cudaEvent_t& m : marks) CHECK(cudaEventCreate(&m));
     for (int r = 0; r < a.repeats; ++r) {
       for (size_t vi = 0; vi < pat.vs.size(); ++vi) {
-        CHECK(cudaEventRecord(e0));
-        for (int it = 0; it < a.iters; ++it) launch(pat.vs[vi], sets[it % kSets]);
-        CHECK(cudaEventRecord(e1));
-        CHECK(cudaEventSynchronize(e1));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        float ms = 0.0f;
+        if (a.clean_l2) {
+          for (int it = 0; it < a.iters; ++it) {
+            cleaner.run();
+            CHECK(cudaEventRecord(marks[2 * it]));
+            launch(pat.vs[vi], sets[it % kSets]);
+            CHECK(cudaEventRecord(marks[2 * it + 1]));
+          }
+          CHECK(cudaEventSynchronize(marks.back()));
+          for (int it = 0; it < a.iters; ++it) {
+            float one;
+            CHECK(cudaEventElapsedTime(&one, marks[2 * it], marks[2 * it + 1]));
+            ms += one;
+          }
+        } else {
+          CHECK(cudaEventRecord(e0));
+          for (int it = 0; it < a.iters; ++it) launch(pat.vs[vi], sets[it % kSets]);
+          CHECK(cudaEventRecord(e1));
+          CHECK(cudaEventSynchronize(e1));
+          CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        }
         us[vi].push_back(1e3 * ms / a.iters);
       }
     }
+    for (cudaEvent_t m : marks) CHECK(cudaEventDestroy(m));
     const double bytes = pat.quant ? elems * (2.0 * 3 + 1) + scale_bytes : elems * 2.0 * 4;
     for (size_t vi = 0; vi < pat.vs.size(); ++vi) {
       std::vector<double> t = us[vi];
@@ -363,8 +417,11 @@ int main(int argc, char** argv) {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const double copy = copy_gbps();
-  std::printf("# %d SMs, copy %.0f GB/s (read + write); block %d\n", sms, copy,
-              std::min(kBlock, (a.hidden / arf::kElemsPerVec + 31) / 32 * 32));
+  std::printf("# %d SMs, copy %.0f GB/s (read + write); block %d; %s\n", sms, copy,
+              std::min(kBlock, (a.hidden / arf::kElemsPerVec + 31) / 32 * 32),
+              a.clean_l2 ? "each call alone after an L2 clean" : "calls back to back");
+  L2Cleaner cleaner;
+  if (a.clean_l2) cleaner.init();
   if (a.hidden != 8192) {
     std::fprintf(stderr, "this build instantiates 2 vectors per thread (hidden 8192) only\n");
     return 2;
@@ -373,7 +430,7 @@ int main(int argc, char** argv) {
   using Fp8Group = arf::ResidualRmsNormQuantEpilogue<T, 2, arf::Fp8PerGroupQuant, true>;
   std::vector<Variant> norm = variants<Norm>();
   for (const Variant& v : controls()) norm.push_back(v);
-  run_pattern({"norm", norm, false}, a, sms, copy);
-  run_pattern({"fp8_group", variants<Fp8Group>(), true}, a, sms, copy);
+  run_pattern({"norm", norm, false}, a, sms, copy, cleaner);
+  run_pattern({"fp8_group", variants<Fp8Group>(), true}, a, sms, copy, cleaner);
   return 0;
 }
