@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Registers, stack frame and spills of every kernel of the library, from the real sm_90 ptxas
-# (-Xptxas -v), no GPU needed.
+# Registers, stack frame, spills and static instruction count of every kernel of the library, from
+# the real sm_90 ptxas (-Xptxas -v) and the cubin's sections (readelf: .text bytes / 16, the size of
+# an sm_90 instruction, its end padding included), no GPU and no cuobjdump needed.
 #   scripts/ptxas_report.sh [-r REV] OUT.tsv      compile src/kernels/*.cu and the kernel set's units
 #                                                 (cmake/kernel_rows.cmake) of the working tree (or
 #                                                 of commit REV, exported with git archive) -> one
-#                                                 row per kernel: name, regs, stack, spill st, spill ld
+#                                                 row per kernel: name, regs, stack, spill st, spill
+#                                                 ld, SASS instructions
 #   scripts/ptxas_report.sh --compare A.tsv B.tsv markdown table of A (before) against B (after)
 # ARF_PTXAS_UNITS=GLOB compiles only the units whose file name matches (e.g. '*quant*': the
 # quantized kernels, about half the time of all); --compare then lists the others as absent.
@@ -17,28 +19,33 @@ cd "$(dirname "$0")/.."
 if [[ ${1:-} == --compare ]]; then
   exec python3 - "$2" "$3" <<'EOF'
 import sys
-def load(path):
+def load(path):  # tables written before the instruction column have 4 values a row
     rows = {}
     for line in open(path):
         name, *vals = line.rstrip("\n").split("\t")
-        rows[name] = [int(v) for v in vals]
+        rows[name] = [int(v) for v in vals] + [None] * (5 - len(vals))
     return rows
 a, b = load(sys.argv[1]), load(sys.argv[2])
+def show(v): return "?" if v is None else f"{v}"
 def cell(old, new, i):
-    if old is None: return f"- / {new[i]}"
-    if new is None: return f"{old[i]} / -"
-    return f"{old[i]}" if old[i] == new[i] else f"**{old[i]} -> {new[i]}**"
-print("| kernel | regs | stack B | spill st B | spill ld B |")
-print("|---|---|---|---|---|")
+    if old is None: return f"- / {show(new[i])}"
+    if new is None: return f"{show(old[i])} / -"
+    return show(old[i]) if old[i] == new[i] else f"**{show(old[i])} -> {show(new[i])}**"
+print("| kernel | regs | stack B | spill st B | spill ld B | SASS instr |")
+print("|---|---|---|---|---|---|")
 for name in sorted(set(a) | set(b)):
     o, n = a.get(name), b.get(name)
-    print(f"| {name} | " + " | ".join(cell(o, n, i) for i in range(4)) + " |")
-def total(rows, i): return sum(v[i] for v in rows.values())
+    print(f"| {name} | " + " | ".join(cell(o, n, i) for i in range(5)) + " |")
+def total(rows, i): return sum(v[i] for v in rows.values() if v[i] is not None)
 def spilling(rows): return sum(1 for v in rows.values() if v[2] or v[3])
 print()
 print(f"kernels: {len(a)} -> {len(b)}; with spills: {spilling(a)} -> {spilling(b)}; "
       f"spill stores summed: {total(a, 2)} -> {total(b, 2)} B; spill loads summed: "
       f"{total(a, 3)} -> {total(b, 3)} B")
+both = [k for k in set(a) & set(b) if a[k][4] is not None and b[k][4] is not None]
+if both:
+    print(f"SASS instructions summed over the {len(both)} kernels counted in both: "
+          f"{sum(a[k][4] for k in both)} -> {sum(b[k][4] for k in both)}")
 EOF
 fi
 
@@ -70,12 +77,18 @@ if [[ -n ${ARF_PTXAS_UNITS:-} ]]; then
 fi
 printf '%s\n' "${units[@]}" | xargs -P "$(nproc)" -I{} sh -c \
   '"$0" -I"$1/include" -I"$1/src" -O3 -DNDEBUG -arch=sm_90 -cubin --expt-relaxed-constexpr \
-     -std=c++20 -Xptxas -v -o /dev/null "$2" > "$3/$(basename "$2").log" 2>&1 ||
+     -std=c++20 -Xptxas -v -o "$3/$(basename "$2").cubin" "$2" > "$3/$(basename "$2").log" 2>&1 ||
    { cat "$3/$(basename "$2").log" >&2; exit 255; }' "$nvcc" "$root" {} "$tmp"
 cat "$tmp"/*.log > "$out.log"
 python3 -c '
-import re, subprocess, sys
+import glob, os, re, subprocess, sys
 text = open(sys.argv[1]).read()
+# Static instructions per kernel: its .text section, 16 bytes an sm_90 instruction.
+instructions = {}
+for cubin in glob.glob(os.path.join(sys.argv[2], "*.cubin")):
+    sections = subprocess.run(["readelf", "-S", "-W", cubin], capture_output=True, text=True).stdout
+    for m in re.finditer(r"\]\s+\.text\.(\S+)\s+PROGBITS\s+\S+\s+\S+\s+([0-9a-f]+)", sections):
+        instructions[m.group(1)] = int(m.group(2), 16) // 16
 # Entry function, then its "Function properties" line(s), then "Used N registers".
 entries = re.findall(r"Compiling entry function .(\w+). for .sm_90.\n"
                      r"ptxas info\s+: Function properties for \w+\n"
@@ -99,7 +112,7 @@ def compact(n):
            "ResidualRmsNormQuantEpilogue": "quant", "QuantOnlyEpilogue": "quant_only"}.get(epi, epi)
     if q: epi += "<" + quant.get(q, q) + ">"
     return " ".join(x for x in [kern, "w" + world if world else None, dt, epi, "v" + vecs] if x)
-rows = sorted((compact(n), e[4], e[1], e[2], e[3]) for n, e in zip(names, entries))
+rows = sorted((compact(n), e[4], e[1], e[2], e[3], str(instructions[e[0]])) for n, e in zip(names, entries))
 sys.stdout.write("".join("\t".join(r) + "\n" for r in rows))
 print(f"{len(rows)} kernels", file=sys.stderr)
-' "$out.log" > "$out"
+' "$out.log" "$tmp" > "$out"
