@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Tabulates a candidate A/B of `scripts/gpu_acceptance.sh candidate`: arfusion-bench JSONs named
-ab_<op>_<world>_<library>.<round>.json, one per library and round, libraries alternating within a
-round. Per cell (op, world, tokens, column) each library's figure is the median over rounds of the
+"""Tabulates a candidate A/B of `scripts/gpu_acceptance.sh candidate` (or `world1_candidate`):
+arfusion-bench JSONs named ab_<op>_<world>_<library>.<round>.json, or
+ab_<op>_<world>_<library>_h<hidden>.<round>.json where one run times several hidden sizes (so a
+library's name must not end in _h and digits), one per library and round, libraries alternating
+within a round. Quantized rows (--op quant) are told apart by their pattern: the cell's column is
+<pattern>/<column>. Per cell (op, world, tokens, column) each library's figure is the median over rounds of the
 cell's time (itself a median of timed regions). A candidate's difference counts only beyond the
 A/A control, a copy of the base library timed in the same rounds: a cell is "slower" (or
 "faster") when the candidate's relative difference from the base exceeds the A/A copy's at that
@@ -21,7 +24,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import timing_noise  # noqa: E402
 
-NAME = re.compile(r"^ab_(?P<op>[a-z0-9]+)_(?P<world>\d+)_(?P<lib>[A-Za-z0-9_.-]+)\.(?P<round>\d+)\.json$")
+NAME = re.compile(r"^ab_(?P<op>[a-z0-9]+)_(?P<world>\d+)_(?P<lib>[A-Za-z0-9_.-]+?)(?:_h(?P<hidden>\d+))?"
+                  r"\.(?P<round>\d+)\.json$")
 
 
 def load(directory):
@@ -33,11 +37,13 @@ def load(directory):
             continue
         with open(path) as f:
             doc = json.load(f)
+        op = m["op"] + (f" h{m['hidden']}" if m["hidden"] else "")
         for row in doc.get("rows", []):
             for res in row.get("results", []):
                 if res.get("skipped") or res.get("failed") or res.get("time_us") is None:
                     continue
-                cell = libs[m["lib"]][(m["op"], int(m["world"]), row["tokens"], res["column"])]
+                column = f"{row['quant']}/{res['column']}" if row.get("quant") else res["column"]
+                cell = libs[m["lib"]][(op, int(m["world"]), row["tokens"], column)]
                 cell["rounds"].append(res["time_us"])
                 cell["repeats"].extend(res.get("repeats_us") or [res["time_us"]])
     return libs
@@ -88,7 +94,7 @@ def render(cands, rows):
         if (r["op"], r["world"]) != group:
             group = (r["op"], r["world"])
             out.append(f"== {r['op']}, {r['world']} ranks (median of rounds, us; % vs base)")
-        line = f"{r['tokens']:>7} {r['column']:<16} base {r['base_us']:9.2f}"
+        line = f"{r['tokens']:>7} {r['column']:<22} base {r['base_us']:9.2f}"
         if r["aa_relative"] is not None:
             line += f"  A/A {100 * r['aa_relative']:+6.1f}%"
         for lib in cands:

@@ -52,6 +52,12 @@
 #             (log/ab_summary.txt: a cell counts only beyond the A/A copy's difference);
 #             then, with ARF_CANDIDATE_TESTS=1 (full libraries only), each candidate's GPU suite and
 #             churn soak at 2 and 8 virtual ranks
+#   world1_candidate  the same libraries (ARF_CANDIDATES, ARF_CANDIDATE_BASE, the A/A copy) at world 1,
+#             where the streaming kernels run: the residual + RMSNorm epilogue (1-16384 tokens) and
+#             the FP8 epilogues (ARF_W1_QUANT, default fp8_tensor,fp8_token,fp8_group; 1-4096 tokens;
+#             row-major fp32 scales) at hidden ARF_W1_HIDDENS (default 8192), bf16, -R 3, 2 rounds
+#             alternating, tabulated by bench/ab_summary.py (log/ab_summary_world1.txt). Full
+#             libraries only: arfusion_diag lacks the quantized kernels
 #   policy    what auto should pick where ranks share a GPU: the plain all-reduce (16 KiB-64 MiB) and
 #             the fused sweep (hidden 8192, 1-2048 tokens) at 2, 4, 8 virtual ranks with every
 #             algorithm forced and auto (-n 100 -G 3 -R 3)
@@ -120,6 +126,21 @@ ab_rounds() {
       done
     done
   done
+}
+# The libraries of a candidate A/B into names[] / dirs[]: base (ARF_CANDIDATE_BASE, default
+# ./build's), an A/A control (ARF_CANDIDATE_AA=0: none) — the base library again, copied to a
+# directory of its own, so the table shows what a second library file with the same code moves by
+# itself (two libraries with byte-identical oneshot_pull kernels once differed by 2.5 µs) — and
+# each of ARF_CANDIDATES="NAME=DIR ...". Fails (the stage is skipped) without candidates.
+candidate_libraries() {
+  [[ -n ${ARF_CANDIDATES:-} ]] || { echo "candidate: set ARF_CANDIDATES=\"NAME=DIR ...\""; return 1; }
+  names=(base); dirs=("${ARF_CANDIDATE_BASE:-}")
+  if [[ ${ARF_CANDIDATE_AA:-1} == 1 ]]; then
+    aa=$out/aa_base_copy; mkdir -p "$aa"
+    cp "${ARF_CANDIDATE_BASE:-./build}/libarfusion.so" "$aa/" && { names+=(base_copy); dirs+=("$aa"); }
+  fi
+  local c
+  for c in $ARF_CANDIDATES; do names+=("${c%%=*}"); dirs+=("${c#*=}"); done
 }
 # Prefix of a command run under a private MPS daemon (tests/gpu/with_private_mps.sh: fresh pipe
 # and log directories, no device setting changed, stopped when the command ends; exit 77 when MPS
@@ -255,16 +276,7 @@ for stage in "$@"; do
       names=(release no_gate); dirs=("" "$nogate")
       ab_rounds gate_cost allreduce oneshot_lamport,oneshot_pull,twoshot,auto -b 16K -e 1M -f 4 ;;
     candidate)
-      [[ -n ${ARF_CANDIDATES:-} ]] || { echo "candidate: set ARF_CANDIDATES=\"NAME=DIR ...\""; continue; }
-      names=(base); dirs=("${ARF_CANDIDATE_BASE:-}")
-      # A/A control (ARF_CANDIDATE_AA=0: none): the base library again, copied to a directory of
-      # its own, so the table shows what a second library file with the same code moves by
-      # itself (two libraries with byte-identical oneshot_pull kernels once differed by 2.5 µs).
-      if [[ ${ARF_CANDIDATE_AA:-1} == 1 ]]; then
-        aa=$out/aa_base_copy; mkdir -p "$aa"
-        cp "${ARF_CANDIDATE_BASE:-./build}/libarfusion.so" "$aa/" && { names+=(base_copy); dirs+=("$aa"); }
-      fi
-      for c in $ARF_CANDIDATES; do names+=("${c%%=*}"); dirs+=("${c#*=}"); done
+      candidate_libraries || continue
       # ARF_CANDIDATE_OPS / _SWEEP / _WORLDS: another sweep, e.g. OPS=fused
       # SWEEP="--tokens 1,8,64,512,2048 --hidden 16384" WORLDS="1 2 4 8" for wide rows
       read -ra csweep <<< "${ARF_CANDIDATE_SWEEP:-}"
@@ -284,6 +296,26 @@ for stage in "$@"; do
           echo "$name churn $n ranks: exit $?"; tail -2 "$out/log/${name}_churn_$n.txt"
         done
       done ;;
+    world1_candidate)
+      candidate_libraries || continue
+      for hidden in ${ARF_W1_HIDDENS:-8192}; do
+        for round in 1 2; do
+          for ((i = 0; i < ${#names[@]}; i++)); do
+            lp=${dirs[$i]}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+            j="$out/log/ab_epilogue_1_${names[$i]}_h$hidden.$round"
+            LD_LIBRARY_PATH=$lp timeout 200 ./build/arfusion-bench --op epilogue --devices 0 --tmin 1 --tmax 16384 \
+              --hidden "$hidden" -d bf16 -n 100 -w 10 -G 10 -R 3 -c 1 -J "$j.json" > "$j.txt" 2>&1
+            echo "world 1 epilogue h$hidden ${names[$i]} (round $round): exit $?"
+            j="$out/log/ab_quant_1_${names[$i]}_h$hidden.$round"
+            LD_LIBRARY_PATH=$lp timeout 300 ./build/arfusion-bench --op quant --devices 0 --tmin 1 --tmax 4096 \
+              --hidden "$hidden" -d bf16 --quant "${ARF_W1_QUANT:-fp8_tensor,fp8_token,fp8_group}" \
+              --scale-layout row --scale-format fp32 -n 50 -w 5 -G 4 -R 3 -c 1 -J "$j.json" > "$j.txt" 2>&1
+            echo "world 1 quant h$hidden ${names[$i]} (round $round): exit $?"
+          done
+        done
+      done
+      python3 bench/ab_summary.py "$out/log" > "$out/log/ab_summary_world1.txt" 2>&1
+      echo "ab summary: exit $?"; grep -E "^[A-Za-z0-9_.-]+: \{" "$out/log/ab_summary_world1.txt" ;;
     policy)
       for n in 2 4 8; do
         for op in allreduce fused; do

@@ -18,6 +18,15 @@ def bench_doc(cells):
     return {"header": {"op": "fused"}, "rows": [{"tokens": t, "results": r} for t, r in sorted(rows.items())]}
 
 
+def quant_doc(cells):
+    """cells: {(pattern, tokens, column): time_us}: an --op quant JSON, one row per pattern and count."""
+    rows = {}
+    for (pattern, tokens, column), us in cells.items():
+        rows.setdefault((pattern, tokens), []).append({"column": column, "time_us": us, "repeats_us": [us]})
+    return {"header": {"op": "quant"},
+            "rows": [{"quant": p, "tokens": t, "results": r} for (p, t), r in sorted(rows.items())]}
+
+
 class AbSummary(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
@@ -35,6 +44,25 @@ class AbSummary(unittest.TestCase):
 
     def rows(self):
         return {(r["tokens"], r["column"]): r for r in ab_summary.summarize(ab_summary.load(self.dir.name))[1]}
+
+    def test_quant_patterns_and_hidden_sizes_are_cells_of_their_own(self):
+        # Two patterns at the same token count and column, at two hidden sizes: four cells, none
+        # merged; the library names parse without their _h<hidden> suffix.
+        for lib, us in (("base", 10.0), ("cand", 12.0)):
+            for hidden in (8192, 16384):
+                for rnd in (1, 2):
+                    doc = quant_doc({("fp8_group", 64, "1_kernel"): us + hidden / 8192,
+                                     ("fp8_token", 64, "1_kernel"): us})
+                    with open(os.path.join(self.dir.name, f"ab_quant_1_{lib}_h{hidden}.{rnd}.json"), "w") as f:
+                        json.dump(doc, f)
+        cands, rows = ab_summary.summarize(ab_summary.load(self.dir.name))
+        self.assertEqual(cands, ["cand"])
+        cells = {(r["op"], r["column"]): r for r in rows}
+        self.assertEqual(sorted(cells), [("quant h16384", "fp8_group/1_kernel"), ("quant h16384", "fp8_token/1_kernel"),
+                                         ("quant h8192", "fp8_group/1_kernel"), ("quant h8192", "fp8_token/1_kernel")])
+        self.assertEqual(cells[("quant h8192", "fp8_group/1_kernel")]["base_us"], 11.0)
+        self.assertEqual(cells[("quant h16384", "fp8_group/1_kernel")]["base_us"], 12.0)
+        self.assertEqual(cells[("quant h8192", "fp8_token/1_kernel")]["cand"]["verdict"], "slower")
 
     def test_difference_beyond_aa_and_ranges_counts(self):
         self.two_rounds("base", {(1, "auto"): 10.0, (8, "auto"): 10.0})
