@@ -8,7 +8,9 @@
 // that spills shows what spilling costs), the staged rows' buffer count, and the grid (one wave of
 // resident CTAs, or one CTA per row). With the norm run controls (copy4_*): the same four streams of
 // bytes by the same thread -> element map with no arithmetic, at 2 and 4 CTAs an SM (capped by
-// shared memory), so what the launch shape alone reaches; their outputs are not compared.
+// shared memory), so what the launch shape alone reaches, and move_*: the same bytes through the
+// library's staged and register row loops, with and without the row's block reduction; their
+// outputs are not compared.
 //
 //   cmake --build build --target arfusion_stream_variants     (or nvcc -std=c++20 -O3 -arch=sm_90
 //     -Isrc -Iinclude --expt-relaxed-constexpr tests/experiments/stream_variants.cu)
@@ -95,6 +97,62 @@ __global__ void __launch_bounds__(kBlock, 4) copy4_kernel(const KernelParams p) 
   }
 }
 
+// Controls through the library's row loops: an epilogue that moves the norm's bytes (input ->
+// residual_out, residual_in -> norm_out) with no arithmetic, and one that also reduces each row
+// over the CTA (the norm's one barrier a row) before its second store. Run by the staged loop and
+// by the register loop, they split the norm's cost back to back into the loop, the reduction and
+// the rest (the arithmetic).
+template <bool kReduce>
+struct MoveEpilogue : arf::NoScalePadding {
+  static constexpr int kVecs = 2;
+  static constexpr bool kStagesRows = true;
+  struct Cta {};
+  struct Prefetch {
+    uint4 residual[kVecs];
+  };
+  __device__ static Cta cta_state(const KernelParams&) { return {}; }
+  __device__ static Prefetch prefetch(const KernelParams& p, const arf::RowSlice& s, const Cta&) {
+    Prefetch pre;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (s.owns(k)) pre.residual[k] = arf::ld_stream_v4(arf::elem_ptr(p.residual_in, s.elem(k)));
+    }
+    return pre;
+  }
+  template <typename Reducer>
+  __device__ static void apply(const KernelParams& p, const arf::RowSlice& s, const uint4 (&in)[kVecs],
+                               const Prefetch& pre, const Cta&, Reducer& red) {
+    float part = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (!s.owns(k)) continue;
+      arf::st_v4(arf::elem_ptr(p.residual_out, s.elem(k)), in[k]);
+      part += __uint_as_float(in[k].x & 0x3fffffffu);  // one add a vector: the reduction's operand
+    }
+    uint32_t mark = 0;
+    if constexpr (kReduce) mark = red.template reduce<arf::SumOp>(part) == -1.0f ? 1u : 0u;  // never 1
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (!s.owns(k)) continue;
+      uint4 v = pre.residual[k];
+      v.x ^= mark;
+      arf::st_v4(arf::elem_ptr(p.norm_out, s.elem(k)), v);
+    }
+  }
+};
+
+static_assert(arf::RowEpilogue<MoveEpilogue<false>> && arf::RowEpilogue<MoveEpilogue<true>>);
+static_assert(MoveEpilogue<false>::kStagesRows && MoveEpilogue<true>::kStagesRows);  // run staged, as the norm
+
+template <typename E>
+__global__ void __launch_bounds__(arf::kMaxBlockThreads, arf::kMinCtasPerSm) move_staged_kernel(const KernelParams p) {
+  arf::stream_staged_rows<E, false>(p);
+}
+template <typename E>
+__global__ void __launch_bounds__(kBlock, 2) move_registers_kernel(const KernelParams p) {
+  arf::stream_register_rows<E, false, true>(p);
+}
+
 enum class GridRule { kPersistent, kPerRow };
 
 struct Variant {
@@ -132,6 +190,14 @@ std::vector<Variant> controls() {
       {"copy4_per_row_2cta", &copy4_kernel, 2, GridRule::kPerRow, 0, smem_for_ctas_per_sm(2), true},
       {"copy4_per_row_4cta", &copy4_kernel, 4, GridRule::kPerRow, 0, smem_for_ctas_per_sm(4), true},
       {"copy4_persistent_4cta", &copy4_kernel, 4, GridRule::kPersistent, 0, smem_for_ctas_per_sm(4), true},
+      {"move_staged", &move_staged_kernel<MoveEpilogue<false>>, 2, GridRule::kPersistent, arf::kStagedRowBuffers, 0,
+       true},
+      {"move_staged_reduce", &move_staged_kernel<MoveEpilogue<true>>, 2, GridRule::kPersistent,
+       arf::kStagedRowBuffers, 0, true},
+      {"move_registers", &move_registers_kernel<MoveEpilogue<false>>, 2, GridRule::kPersistent, 0,
+       smem_for_ctas_per_sm(2), true},
+      {"move_registers_reduce", &move_registers_kernel<MoveEpilogue<true>>, 2, GridRule::kPersistent, 0,
+       smem_for_ctas_per_sm(2), true},
   };
 }
 
