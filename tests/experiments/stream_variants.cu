@@ -15,12 +15,15 @@
 //   cmake --build build --target arfusion_stream_variants     (or nvcc -std=c++20 -O3 -arch=sm_90
 //     -Isrc -Iinclude --expt-relaxed-constexpr tests/experiments/stream_variants.cu)
 //   build/arfusion_stream_variants [--tokens 512,2048,4096,16384] [--hidden 8192] [--repeats 7] [--iters 50]
-//                                  [--clean-l2 1]
+//                                  [--clean-l2 1 | --graph 1]
 //
 // --clean-l2 1 times each call alone, right after a kernel that reads a buffer several times the
 // L2's size (its lines clean, so nothing an earlier call wrote is left dirty in L2 for this one to
 // write back), as Nsight Compute's cache control starts a profiled kernel; by default the calls run
 // back to back, as in a model step, each paying the write-back of the previous call's outputs.
+// --graph 1 replays the back-to-back calls from a CUDA graph (captured once per variant), so at
+// small token counts the kernels, not the host's launch rate, set the figure (as arfusion-bench and
+// torch's baselines time them).
 //
 // Prints one line per (pattern, tokens, variant): median us per call (eager launches; at small
 // token counts the launch rate, not the kernel, sets the figure), min..max over the repeats, bytes
@@ -211,6 +214,7 @@ struct Args {
   int repeats = 7;
   int iters = 50;
   bool clean_l2 = false;
+  bool graph = false;
 };
 
 std::vector<int> parse_list(const char* s) {
@@ -232,6 +236,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--repeats") a.repeats = std::atoi(argv[i + 1]);
     else if (k == "--iters") a.iters = std::atoi(argv[i + 1]);
     else if (k == "--clean-l2") a.clean_l2 = std::atoi(argv[i + 1]) != 0;
+    else if (k == "--graph") a.graph = std::atoi(argv[i + 1]) != 0;
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); std::exit(2); }
   }
   return a;
@@ -308,7 +313,7 @@ struct L2Cleaner {
     CHECK(cudaMemset(buf, 0x5a, vecs * sizeof(uint4)));
     CHECK(cudaMalloc(&sink, sizeof(unsigned)));
   }
-  void run() const { read_sweep_kernel<<<1024, 512>>>(buf, vecs, sink); }
+  void run(cudaStream_t stream) const { read_sweep_kernel<<<1024, 512, 0, stream>>>(buf, vecs, sink); }
 };
 
 struct Pattern {
@@ -381,8 +386,10 @@ void run_pattern(const Pattern& pat, const Args& a, int sms, double copy, const 
                                    static_cast<int>(most)));
       }
     }
+    cudaStream_t stream;  // every launch and event of the timing (a capturable stream)
+    CHECK(cudaStreamCreate(&stream));
     auto launch = [&](const Variant& v, const Set& s) {
-      v.fn<<<grid_of(v), block, smem_of(v)>>>(params(s));
+      v.fn<<<grid_of(v), block, smem_of(v), stream>>>(params(s));
     };
     // Bitwise check against the library shape (variant 0) on every set's outputs.
     std::vector<std::vector<char>> ref;
@@ -419,6 +426,18 @@ void run_pattern(const Pattern& pat, const Args& a, int sms, double copy, const 
     for (size_t vi = 0; vi < pat.vs.size(); ++vi) {
       for (int w = 0; w < 8; ++w) launch(pat.vs[vi], sets[w % kSets]);  // warm-up
     }
+    // --graph: each variant's iters calls captured once, replayed once per repeat.
+    std::vector<cudaGraphExec_t> execs(a.graph ? pat.vs.size() : 0);
+    for (size_t vi = 0; vi < execs.size(); ++vi) {
+      cudaGraph_t g;
+      CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int it = 0; it < a.iters; ++it) launch(pat.vs[vi], sets[it % kSets]);
+      CHECK(cudaStreamEndCapture(stream, &g));
+      CHECK(cudaGraphInstantiate(&execs[vi], g, 0));
+      CHECK(cudaGraphDestroy(g));
+      CHECK(cudaGraphLaunch(execs[vi], stream));  // warm-up
+    }
+    CHECK(cudaStreamSynchronize(stream));
     // --clean-l2: one event pair per call, around the call alone.
     std::vector<cudaEvent_t> marks(a.clean_l2 ? 2 * a.iters : 0);
     for (cudaEvent_t& m : marks) CHECK(cudaEventCreate(&m));
@@ -427,10 +446,10 @@ void run_pattern(const Pattern& pat, const Args& a, int sms, double copy, const 
         float ms = 0.0f;
         if (a.clean_l2) {
           for (int it = 0; it < a.iters; ++it) {
-            cleaner.run();
-            CHECK(cudaEventRecord(marks[2 * it]));
+            cleaner.run(stream);
+            CHECK(cudaEventRecord(marks[2 * it], stream));
             launch(pat.vs[vi], sets[it % kSets]);
-            CHECK(cudaEventRecord(marks[2 * it + 1]));
+            CHECK(cudaEventRecord(marks[2 * it + 1], stream));
           }
           CHECK(cudaEventSynchronize(marks.back()));
           for (int it = 0; it < a.iters; ++it) {
@@ -439,9 +458,13 @@ void run_pattern(const Pattern& pat, const Args& a, int sms, double copy, const 
             ms += one;
           }
         } else {
-          CHECK(cudaEventRecord(e0));
-          for (int it = 0; it < a.iters; ++it) launch(pat.vs[vi], sets[it % kSets]);
-          CHECK(cudaEventRecord(e1));
+          CHECK(cudaEventRecord(e0, stream));
+          if (a.graph) {
+            CHECK(cudaGraphLaunch(execs[vi], stream));
+          } else {
+            for (int it = 0; it < a.iters; ++it) launch(pat.vs[vi], sets[it % kSets]);
+          }
+          CHECK(cudaEventRecord(e1, stream));
           CHECK(cudaEventSynchronize(e1));
           CHECK(cudaEventElapsedTime(&ms, e0, e1));
         }
@@ -449,6 +472,8 @@ void run_pattern(const Pattern& pat, const Args& a, int sms, double copy, const 
       }
     }
     for (cudaEvent_t m : marks) CHECK(cudaEventDestroy(m));
+    for (cudaGraphExec_t x : execs) CHECK(cudaGraphExecDestroy(x));
+    CHECK(cudaStreamDestroy(stream));
     const double bytes = pat.quant ? elems * (2.0 * 3 + 1) + scale_bytes : elems * 2.0 * 4;
     for (size_t vi = 0; vi < pat.vs.size(); ++vi) {
       std::vector<double> t = us[vi];
@@ -485,7 +510,13 @@ int main(int argc, char** argv) {
   const double copy = copy_gbps();
   std::printf("# %d SMs, copy %.0f GB/s (read + write); block %d; %s\n", sms, copy,
               std::min(kBlock, (a.hidden / arf::kElemsPerVec + 31) / 32 * 32),
-              a.clean_l2 ? "each call alone after an L2 clean" : "calls back to back");
+              a.clean_l2 ? "each call alone after an L2 clean"
+              : a.graph  ? "calls back to back, replayed from a CUDA graph"
+                         : "calls back to back");
+  if (a.clean_l2 && a.graph) {
+    std::fprintf(stderr, "--clean-l2 and --graph: one or the other\n");
+    return 2;
+  }
   L2Cleaner cleaner;
   if (a.clean_l2) cleaner.init();
   if (a.hidden != 8192) {
