@@ -239,6 +239,10 @@ Args parse(int argc, char** argv) {
     else if (k == "--graph") a.graph = std::atoi(argv[i + 1]) != 0;
     else { std::fprintf(stderr, "unknown option %s\n", k.c_str()); std::exit(2); }
   }
+  if (a.clean_l2 && a.graph) {
+    std::fprintf(stderr, "--clean-l2 and --graph: one or the other\n");
+    std::exit(2);
+  }
   return a;
 }
 
@@ -513,10 +517,7 @@ int main(int argc, char** argv) {
               a.clean_l2 ? "each call alone after an L2 clean"
               : a.graph  ? "calls back to back, replayed from a CUDA graph"
                          : "calls back to back");
-  if (a.clean_l2 && a.graph) {
-    std::fprintf(stderr, "--clean-l2 and --graph: one or the other\n");
-    return 2;
-  }
+
   L2Cleaner cleaner;
   if (a.clean_l2) cleaner.init();
   if (a.hidden != 8192) {
