@@ -4,12 +4,12 @@ arfusion-bench JSONs named ab_<op>_<world>_<library>.<round>.json, or
 ab_<op>_<world>_<library>_h<hidden>.<round>.json where one run times several hidden sizes (so a
 library's name must not end in _h and digits), one per library and round, libraries alternating
 within a round. Quantized rows (--op quant) are told apart by their pattern: the cell's column is
-<pattern>/<column>. Per cell (op, world, tokens, column) each library's figure is the median over rounds of the
-cell's time (itself a median of timed regions). A candidate's difference counts only beyond the
-A/A control, a copy of the base library timed in the same rounds: a cell is "slower" (or
-"faster") when the candidate's relative difference from the base exceeds the A/A copy's at that
-cell and the candidate's repeats do not overlap the base's (bench/timing_noise.py); otherwise it
-is "within A/A". Without an A/A copy only the overlap rule applies.
+<pattern>/<column>. Per cell (op, world, tokens, column) each library's figure is the median over
+rounds of the cell's time (itself a median of timed regions). A candidate's difference counts
+only beyond the A/A control, a copy of the base library timed in the same rounds: a cell is
+"slower" (or "faster") when the candidate's relative difference from the base exceeds the A/A
+copy's at that cell and the candidate's repeats do not overlap the base's (bench/timing_noise.py);
+otherwise it is "within A/A". Without an A/A copy only the overlap rule applies.
 
 Usage: ab_summary.py DIR [--base base] [--aa base_copy] [--json OUT]"""
 import argparse

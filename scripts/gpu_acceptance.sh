@@ -133,7 +133,7 @@ ab_rounds() {
 # itself (two libraries with byte-identical oneshot_pull kernels once differed by 2.5 µs) — and
 # each of ARF_CANDIDATES="NAME=DIR ...". Fails (the stage is skipped) without candidates.
 candidate_libraries() {
-  [[ -n ${ARF_CANDIDATES:-} ]] || { echo "candidate: set ARF_CANDIDATES=\"NAME=DIR ...\""; return 1; }
+  [[ -n ${ARF_CANDIDATES:-} ]] || { echo "$stage: set ARF_CANDIDATES=\"NAME=DIR ...\""; return 1; }
   names=(base); dirs=("${ARF_CANDIDATE_BASE:-}")
   if [[ ${ARF_CANDIDATE_AA:-1} == 1 ]]; then
     aa=$out/aa_base_copy; mkdir -p "$aa"
