@@ -5,7 +5,7 @@
 Per quant pattern, ONE function is compiled: the residual add and RMSNorm of torch_baseline.py
 (same bf16 rounding: residual_out = bf16(x + residual), norm = bf16(RMSNorm(residual_out) * gamma))
 followed by the quantization of the bf16 norm value, with the output contracts of
-include/arfusion/arfusion.h and src/kernels/quant_formats.h (scale layout row-major, fp32 per-group
+include/arfusion/arfusion.h and src/common/quant_formats.h (scale layout row-major, fp32 per-group
 scales: the arfusion variants fp8_tensor, fp8_token, fp8_group/row/fp32, nvfp4/row, mxfp4/row):
 
   fp8_tensor  quant e4m3 [T,H] = sat(norm / scale_in)                       scale_in: fp32 scalar
@@ -53,7 +53,7 @@ from torch_baseline import (COPY_BYTES, copy_bandwidth_gbps, epilogue, make_inpu
 
 E4M3_MAX = 448.0
 E2M1_MAX = 6.0
-MIN_FP8_SCALE = 1.0 / (448.0 * 512.0)  # src/kernels/quant_formats.h kMinFp8Scale
+MIN_FP8_SCALE = 1.0 / (448.0 * 512.0)  # src/common/quant_formats.h kMinFp8Scale
 FP8_GROUP = 128
 NVFP4_BLOCK = 16
 MXFP4_BLOCK = 32

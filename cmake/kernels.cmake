@@ -1,4 +1,4 @@
-# The kernel set (src/kernels/kernel_set.def): one generated translation unit per row
+# The kernel set (src/launch/kernel_set.def): one generated translation unit per row
 # (cmake/kernel_rows.cmake), and the kernel and size budget the built library is held to.
 # Included by CMakeLists.txt before the library's sources are listed. Sets ARF_KERNEL_ROW_SOURCES,
 # ARF_KERNEL_NON_DIAGNOSTIC_SOURCES (cmake/stress.cmake leaves them out of the diagnostic
@@ -13,7 +13,7 @@ set(ARF_KERNEL_BUDGET 324)
 set(ARF_LIBRARY_BYTES_BUDGET 15000000)
 
 include(${CMAKE_CURRENT_LIST_DIR}/kernel_rows.cmake)
-set(ARF_KERNEL_SET ${CMAKE_CURRENT_SOURCE_DIR}/src/kernels/kernel_set.def)
+set(ARF_KERNEL_SET ${CMAKE_CURRENT_SOURCE_DIR}/src/launch/kernel_set.def)
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${ARF_KERNEL_SET})
 arf_generate_kernel_rows(${ARF_KERNEL_SET} ${CMAKE_CURRENT_BINARY_DIR}/kernels)
 

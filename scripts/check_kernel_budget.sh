@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kernel budget of a built library (ctest kernel_budget, label cpu; cmake/kernels.cmake
 # registers it with the figures below for the configuration the budget was measured on):
-#   - the library holds exactly the kernels src/kernels/kernel_set.def declares (no kernel built
+#   - the library holds exactly the kernels src/launch/kernel_set.def declares (no kernel built
 #     outside the list, none of the list missing);
 #   - that count is within the kernel budget;
 #   - the library file is within the size budget.

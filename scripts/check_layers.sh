@@ -3,20 +3,24 @@
 # public headers or the exported internal interface. Reads #include lines only (no build, well
 # under a second); exit 1 naming every include that breaks a rule. Run by .ci/run.
 #
-# A quoted include in src/ is written from src/ or include/ ("kernels/launch.h",
+# A quoted include in src/ is written from src/ or include/ ("launch/launch.h",
 # "arfusion/arfusion.h") and must exist there. Allowed, per directory of the including file
 # (std, CUDA, NCCL and third-party headers in <...> are allowed everywhere; an internal header in
 # <...> is judged like a quoted one):
 #
 #   include/arfusion/  include/ only: the public headers stand alone.
 #   src/base/          base/, and arfusion/arfusion.h (the status codes Status carries).
-#   src/kernels/       base/, kernels/. No policy, no transport, no public header.
-#   src/policy/        base/, kernels/, policy/.
-#   src/transport/     base/, kernels/kernel_params.h (the workspace layout and the records its
+#   src/common/        base/, common/: the vocabulary every layer below core shares (the kernel
+#                      contract and workspace layout, quantized formats and layouts, the launch
+#                      plan, the protocol's index arithmetic). No public header.
+#   src/kernels/       base/, common/, kernels/: device code never reaches up into the launcher,
+#                      the kernel registry, the policy or the transport. No public header.
+#   src/launch/        base/, common/, kernels/, launch/: the kernel registry and the launcher.
+#   src/policy/        base/, common/, policy/.
+#   src/transport/     base/, common/kernel_params.h (the workspace layout and the records its
 #                      kernels fill), transport/, arfusion/arfusion.h (ids, status codes). Never
 #                      the launcher: the transport's own kernels live in src/transport/*.cu.
-#   src/reference/     base/, the kernels' host+device headers (kernel_params.h, quant_formats.h,
-#                      quant_layout.h, protocol_index.h), reference/.
+#   src/reference/     base/, common/, reference/.
 #   src/core/          anything in src/ except export/, and include/.
 #   src/export/        anything in src/ and include/: the interface it re-exports.
 #   tools/, bench/     include/ (arfusion/...), src/export/ (export/...), and files of tools/ or
@@ -28,7 +32,7 @@ cd "$(dirname "$0")/.."
 
 fail=0
 root=$(pwd)
-layers="base core kernels policy transport reference export"
+layers="base common core kernels launch policy transport reference export"
 
 violation() {  # file line include why
   echo "check_layers: $1:$2: #include \"$3\": $4"
@@ -41,12 +45,14 @@ allowed_in() {
   case "$1" in
     include) echo "arfusion/" ;;
     base) echo "base/ arfusion/arfusion.h" ;;
-    kernels) echo "base/ kernels/" ;;
-    policy) echo "base/ kernels/ policy/" ;;
-    transport) echo "base/ kernels/kernel_params.h transport/ arfusion/arfusion.h" ;;
-    reference) echo "base/ kernels/kernel_params.h kernels/quant_formats.h kernels/quant_layout.h kernels/protocol_index.h reference/" ;;
-    core) echo "base/ kernels/ policy/ transport/ reference/ core/ arfusion/" ;;
-    export) echo "base/ kernels/ policy/ transport/ reference/ core/ export/ arfusion/" ;;
+    common) echo "base/ common/" ;;
+    kernels) echo "base/ common/ kernels/" ;;
+    launch) echo "base/ common/ kernels/ launch/" ;;
+    policy) echo "base/ common/ policy/" ;;
+    transport) echo "base/ common/kernel_params.h transport/ arfusion/arfusion.h" ;;
+    reference) echo "base/ common/ reference/" ;;
+    core) echo "base/ common/ launch/ policy/ transport/ reference/ core/ arfusion/" ;;
+    export) echo "base/ common/ launch/ policy/ transport/ reference/ core/ export/ arfusion/" ;;
     *) echo "" ;;
   esac
 }

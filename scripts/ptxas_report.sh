@@ -61,8 +61,8 @@ if [[ -n $rev ]]; then
   root=$tmp
 fi
 units=("$root"/src/kernels/*.cu)
-if [[ -f $root/src/kernels/kernel_set.def ]]; then  # the kernel set's units, as the build writes them
-  cmake -DARF_KERNEL_SET="$root/src/kernels/kernel_set.def" -DARF_KERNEL_UNIT_DIR="$tmp/units" \
+if [[ -f $root/src/launch/kernel_set.def ]]; then  # the kernel set's units, as the build writes them
+  cmake -DARF_KERNEL_SET="$root/src/launch/kernel_set.def" -DARF_KERNEL_UNIT_DIR="$tmp/units" \
     -P "$root/cmake/kernel_rows.cmake" >/dev/null
   units+=("$tmp"/units/row_*.cu)
 fi

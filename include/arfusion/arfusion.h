@@ -84,7 +84,7 @@
  *    every rank (as in tensor parallelism); with per-rank residuals each rank's outputs follow the
  *    rules above with its own residual.
  *  - Quantized patterns quantize the dtype-rounded norm (the unfused contract) with the rules of
- *    src/kernels/quant_formats.h (saturation, NaN, -0.0, subnormals), bitwise.
+ *    src/common/quant_formats.h (saturation, NaN, -0.0, subnormals), bitwise.
  *  - Dynamic FP8 scales (per-token, per-group): amax = the largest |x| of the row or group (NaN
  *    elements ignored), scale = max(amax / 448, 2^-9 / 448) in fp32, the quotient taken as the
  *    args' scale_rule says (arfFp8ScaleRule_t: an IEEE division by default, or amax * fp32(1/448),
@@ -139,7 +139,7 @@ typedef enum arfPattern_t {
   arfPatternResidualRmsNorm = 1, /* residual_out = ar + residual_in; norm_out = RMSNorm(residual_out) * gamma */
   /* residual_rmsnorm + quantization of the dtype-ROUNDED norm value (the unfused contract). norm_out
    * is optional for these (NULL: not written; set: the bf16/fp16 side output). Encodings saturate;
-   * src/kernels/quant_formats.h states NaN, -0 and subnormal rules. */
+   * src/common/quant_formats.h states NaN, -0 and subnormal rules. */
   arfPatternResidualRmsNormFp8PerTensor = 2, /* quant_out e4m3 [T,H] = e4m3(norm / *scale_in) */
   arfPatternResidualRmsNormFp8PerToken = 3,  /* quant_out e4m3 [T,H]; scale_out fp32 [T] =
                                                 max(amax_t / 448, 2^-9 / 448) (scale_rule) */

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/quant_layout.h"
+#include "common/quant_layout.h"
 
 namespace arf {
 
@@ -34,6 +34,10 @@ inline constexpr int kMaxHidden = kMaxBlockThreads * kMaxVecsPerThread * kElemsP
 // Blocks of up to this many threads run rows up to 8192 columns (2 vectors a thread), two CTAs per
 // SM; only wider rows take larger blocks (launch_plan.h, block_threads_for_row).
 inline constexpr int kNarrowBlockThreads = 512;
+// Rows a streaming CTA keeps staged in shared memory (streaming_epilogue.cuh), each an input row and
+// a residual_in row; the host sizes the launch's dynamic shared memory by the same count
+// (kernel_set.h, staged_rows_smem_bytes). Three: one being computed while two are in flight.
+inline constexpr int kStagedRowBuffers = 3;
 // CTAs of `block` threads an SM is guaranteed to keep resident (the launch bounds above); register
 // use is the only limit that matters here, as shared memory per CTA is sized to fit the same count
 // (kernel_set.h, kMaxStagedRowsSmemBytes). Precondition: 0 < block <= kMaxBlockThreads.

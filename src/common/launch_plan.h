@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "base/int_math.h"
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 
 namespace arf {
 

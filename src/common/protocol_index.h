@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 
 #include "base/host_device.h"
 

@@ -22,7 +22,7 @@
 
 #include "base/host_device.h"
 #include "base/int_math.h"
-#include "kernels/quant_formats.h"
+#include "common/quant_formats.h"
 
 namespace arf::quant {
 

@@ -12,7 +12,7 @@
 
 #include "base/cuda_check.h"
 #include "core/scoped_device.h"
-#include "kernels/launch.h"
+#include "launch/launch.h"
 #include "transport/ipc.h"
 #include "transport/local.h"
 #include "transport/workspace.h"

@@ -8,7 +8,7 @@
 
 #include "base/cuda_check.h"
 #include "core/scoped_device.h"
-#include "kernels/launch.h"
+#include "launch/launch.h"
 
 namespace arf {
 

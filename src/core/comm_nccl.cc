@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/scoped_device.h"
-#include "kernels/launch.h"
+#include "launch/launch.h"
 
 namespace arf {
 namespace {

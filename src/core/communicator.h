@@ -19,7 +19,7 @@
 #include "core/nccl_api.h"
 #include "core/stream_order_check.h"
 #include "core/validate.h"
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 #include "policy/plan.h"
 #include "policy/tuning_table.h"
 #include "transport/group.h"

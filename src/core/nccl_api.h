@@ -11,7 +11,7 @@
 
 #include "arfusion/arfusion.h"
 #include "base/status.h"
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 
 namespace arf::nccl {
 

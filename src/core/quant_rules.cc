@@ -1,7 +1,7 @@
 // The quantized patterns' host rules (quant_rules.h).
 #include "core/quant_rules.h"
 
-#include "kernels/quant_formats.h"
+#include "common/quant_formats.h"
 
 namespace arf {
 

@@ -16,8 +16,8 @@
 #include <string>
 
 #include "arfusion/arfusion.h"
-#include "kernels/kernel_params.h"
-#include "kernels/quant_layout.h"
+#include "common/kernel_params.h"
+#include "common/quant_layout.h"
 
 namespace arf {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/quant_rules.h"
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 
 namespace arf {
 namespace {

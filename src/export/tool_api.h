@@ -15,7 +15,7 @@
 #include "core/nccl_api.h"
 // The internal enums (DType, Pattern, Algorithm; equal to the public ones) and limits (kMaxRanks,
 // kMaxHidden) the CPU reference and the tools' buffers are sized by.
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 // arfusion-bench --tune-out: the tuning table's schema, validation and writer.
 #include "policy/tuning_table.h"
 // The tools' host channel between rank processes (tools/common/process_group.h): the ipc

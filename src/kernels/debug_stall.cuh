@@ -21,7 +21,7 @@
 
 #include <cstdint>
 
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 #include "kernels/protocol.cuh"
 
 namespace arf::debug {

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "kernels/kernel_params.h"
-#include "kernels/protocol_index.h"
+#include "common/kernel_params.h"
+#include "common/protocol_index.h"
 
 namespace arf::protocol {
 

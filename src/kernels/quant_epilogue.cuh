@@ -12,8 +12,8 @@
 
 #include <type_traits>
 
-#include "kernels/quant_formats.h"
-#include "kernels/quant_layout.h"
+#include "common/quant_formats.h"
+#include "common/quant_layout.h"
 #include "kernels/row_epilogue.cuh"
 
 namespace arf {

@@ -7,7 +7,7 @@
 #include <concepts>
 #include <cstdint>
 
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 #include "kernels/vec.cuh"
 
 namespace arf {

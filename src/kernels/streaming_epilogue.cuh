@@ -23,7 +23,6 @@
 // rows' copies current.
 #pragma once
 
-#include "kernels/kernel_set.h"
 #include "kernels/row_epilogue.cuh"
 
 namespace arf {

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/kernel_params.h"  // kNegZeroBits
+#include "common/kernel_params.h"  // kNegZeroBits
 
 namespace arf {
 

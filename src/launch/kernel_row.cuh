@@ -15,7 +15,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/kernel_set.h"
+#include "launch/kernel_set.h"
+#include "kernels/local_epilogue.cuh"
 #include "kernels/oneshot_lamport.cuh"
 #include "kernels/oneshot_pull.cuh"
 #include "kernels/quant_epilogue.cuh"

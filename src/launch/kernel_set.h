@@ -9,13 +9,13 @@
 #include <cstddef>
 #include <span>
 
-#include "kernels/kernel_params.h"
-#include "kernels/launch_plan.h"
+#include "common/kernel_params.h"
+#include "common/launch_plan.h"
 
 namespace arf {
 
 // The kernel templates: the three all-reduce algorithms (oneshot_lamport.cuh, oneshot_pull.cuh,
-// twoshot.cuh) and the local epilogue kernel (oneshot_lamport.cuh: local_epilogue_kernel).
+// twoshot.cuh) and the local epilogue kernel (local_epilogue.cuh).
 enum class KernelKind : int { kOneshotLamport = 0, kOneshotPull = 1, kTwoshot = 2, kLocalEpilogue = 3 };
 inline constexpr int kNumKernelKinds = 4;
 
@@ -74,7 +74,7 @@ struct KernelRow {
 inline constexpr KernelRow kKernelRows[] = {
 #define ARF_KERNEL_ROW(dtype, kernel, patterns, ...) \
   KernelRow{DType::dtype, KernelKind::kernel, PatternSet::patterns, {__VA_ARGS__}},
-#include "kernels/kernel_set.def"
+#include "launch/kernel_set.def"
 #undef ARF_KERNEL_ROW
 };
 
@@ -195,8 +195,7 @@ constexpr KernelKey epilogue_kernel_key(DType dtype, Pattern pattern, int vecs, 
 // measured staged). Each CTA keeps kStagedRowBuffers rows of input and residual_in in shared
 // memory instead of registers. The host passes the buffers as dynamic shared memory
 // (staged_rows_smem_bytes); kernel_row.cuh asserts, per built kernel, that the epilogue type's
-// kStagesRows says the same.
-inline constexpr int kStagedRowBuffers = 3;
+// kStagesRows says the same. The buffer count is kStagedRowBuffers (kernel_params.h).
 constexpr bool stages_rows(const KernelKey& key) {
   const bool streaming = key.kernel == KernelKind::kLocalEpilogue || key.world == 1;
   const bool fp8 = key.pattern == Pattern::kFp8PerTensor || key.pattern == Pattern::kFp8PerToken ||

@@ -5,7 +5,7 @@
 //   one kernel           fused algorithm with the pattern's epilogue
 //   unfused / level 3    all-reduce kernel -> local epilogue kernel (norm [+ quant])
 //   level 2              fused all-reduce + norm kernel -> local quantize-only kernel
-#include "kernels/launch.h"
+#include "launch/launch.h"
 
 #include <algorithm>
 #include <array>
@@ -16,9 +16,9 @@
 
 #include "base/cuda_check.h"
 #include "base/names.h"
-#include "kernels/kernel_params.h"
-#include "kernels/kernel_set.h"
-#include "kernels/protocol.cuh"
+#include "common/kernel_params.h"
+#include "launch/kernel_set.h"
+#include "kernels/shared_device_gate.cuh"
 
 namespace arf {
 namespace {
@@ -206,16 +206,6 @@ Status launch_chain(const LaunchPlan& plan, Pattern pattern, const CallKernels& 
   second.input = call.chain == KernelChain::kUnfused ? first.allreduce_out : first.norm_out;
   return check_launch("epilogue kernel",
                       launch_kernel(fns[1], call.keys[1], epilogue_grid(plan, second), plan.block, second, stream));
-}
-
-// One CTA per rank sharing a GPU, before each collective kernel: protocol.cuh, shared_device_gate.
-// Launched without the PDL attribute, so it starts only once the caller's earlier kernels on the
-// stream have completed; it calls no launch_dependents, so our collective (even a PDL launch)
-// starts only once the gate has passed.
-__global__ void __launch_bounds__(32, 1) shared_device_gate_kernel(const KernelParams p) {
-  // One decision for the whole CTA: the gate synchronizes its threads.
-  if (__syncthreads_or(protocol::aborted(p)) != 0) return;
-  (void)protocol::shared_device_gate(p);
 }
 
 // The plan owes the gate whenever ranks share a GPU (captured calls too: the graph replays it).

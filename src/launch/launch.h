@@ -7,14 +7,10 @@
 #include <functional>
 
 #include "base/status.h"
-#include "kernels/kernel_params.h"
-#include "kernels/launch_plan.h"
+#include "common/kernel_params.h"
+#include "common/launch_plan.h"
 
 namespace arf {
-
-// Kernels are compiled in pattern groups so the quantized epilogues live in their own TUs;
-// kQuantOnly is fallback level 2's second kernel (local epilogue kernels only).
-enum class PatternGroup : int { kPlain = 0, kQuant = 1, kQuantOnly = 2 };
 
 // Called after each kernel of a multi-kernel plan except the last, before the next is enqueued
 // (the local transport uses it to keep ranks sharing a GPU in step, kernel by kernel).

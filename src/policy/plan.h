@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/kernel_params.h"
-#include "kernels/launch_plan.h"
+#include "common/kernel_params.h"
+#include "common/launch_plan.h"
 
 namespace arf {
 

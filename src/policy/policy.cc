@@ -2,7 +2,7 @@
 // sym_kernels.cc. Everything here is a pure function of (CallShape, StaticFacts, TuningTable): no
 // timing, no device queries, no
 // per-rank state, so every rank computes the same Plan (vLLM #43616 hung because
-// per-rank launch shapes diverged). The block size comes from kernels/launch_plan.h
+// per-rank launch shapes diverged). The block size comes from common/launch_plan.h
 // (block_threads_for_row), the one definition the planner, the launcher and the CPU tests share.
 #include "policy/policy.h"
 
@@ -13,7 +13,7 @@
 
 #include "base/int_math.h"
 #include "base/names.h"
-#include "kernels/launch_plan.h"
+#include "common/launch_plan.h"
 
 namespace arf {
 namespace {

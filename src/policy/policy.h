@@ -25,7 +25,7 @@ int protocol_free_grid_cap(const StaticFacts& facts, int block);
 // flags indexed by CTA) are held to co_resident_grid_cap. At world 1 a Lamport plan (and an
 // unfused one whose inner all-reduce is Lamport) runs no protocol at all: its kernel is a
 // streaming kernel, capped at protocol_free_grid_cap (plan.block must be set). Forced pull and
-// twoshot at world 1 run that streaming kernel too (kernels/kernel_set.h: world 1 has no other)
+// twoshot at world 1 run that streaming kernel too (launch/kernel_set.h: world 1 has no other)
 // but keep the smaller co-residency cap; rows are independent, so a grid changes speed, not bits.
 int grid_cap(const Plan& plan, const StaticFacts& facts);
 

@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 
 namespace arf {
 

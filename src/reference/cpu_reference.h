@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 
 namespace arf::ref {
 

@@ -1,5 +1,5 @@
 // CPU reference of the quantized epilogues: loops over rows and blocks that call the per-element
-// and per-block rules of src/kernels/quant_formats.h (the kernels call the same functions), plus
+// and per-block rules of src/common/quant_formats.h (the kernels call the same functions), plus
 // layout packing, dequantization and the comparison the GPU tests use.
 #include "reference/quant_reference.h"
 
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <utility>
 
-#include "kernels/quant_formats.h"
+#include "common/quant_formats.h"
 #include "reference/cpu_reference.h"
 
 // Same guard as cpu_reference.cc: the shared rules assume float arithmetic in float.

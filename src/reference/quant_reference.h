@@ -2,7 +2,7 @@
 // from the dtype-ROUNDED norm_out (the bf16/fp16 bits reference_fused or the kernel's own norm
 // output produce), as the unfused contract says (design.md, numerics 5).
 //
-// Arithmetic order, shared with the kernels through src/kernels/quant_formats.h (the reference
+// Arithmetic order, shared with the kernels through src/common/quant_formats.h (the reference
 // calls those very functions; a kernel that does the same gets the same bits):
 //   x     = float(norm_bits)                                exact
 //   amax  = max |x| over the row / group / block             exact, order-free; NaN ignored
@@ -17,16 +17,16 @@
 // Encodings saturate (e4m3 to +-448, e2m1 to +-6); quant_formats.h states NaN/-0/subnormal rules.
 //
 // Results are logical ([T, H] values, [T, scale_cols] scales); pack_scales applies a layout from
-// src/kernels/quant_layout.h. first_quant_mismatch is the GPU tests' comparison.
+// src/common/quant_layout.h. first_quant_mismatch is the GPU tests' comparison.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "kernels/kernel_params.h"
-#include "kernels/quant_formats.h"
-#include "kernels/quant_layout.h"
+#include "common/kernel_params.h"
+#include "common/quant_formats.h"
+#include "common/quant_layout.h"
 
 namespace arf::ref {
 

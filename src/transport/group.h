@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 #include "transport/call_signature.h"
 #include "transport/workspace.h"
 

@@ -19,7 +19,7 @@
 
 #include "arfusion/arfusion.h"
 #include "base/status.h"
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 #include "transport/call_signature.h"
 #include "transport/group.h"
 #include "transport/workspace.h"

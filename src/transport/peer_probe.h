@@ -8,7 +8,7 @@
 
 #include "base/host_device.h"
 #include "base/status.h"
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 
 namespace arf {
 

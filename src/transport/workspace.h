@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "base/status.h"
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 #include "transport/cumem.h"
 
 namespace arf {

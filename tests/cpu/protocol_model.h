@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/protocol_index.h"
+#include "common/protocol_index.h"
 
 namespace arf::protocol::model {
 

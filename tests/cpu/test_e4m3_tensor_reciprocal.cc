@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/quant_formats.h"
+#include "common/quant_formats.h"
 #include "quant_test_values.h"
 
 namespace arf::quant {

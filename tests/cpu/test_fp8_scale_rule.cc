@@ -12,7 +12,7 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/quant_formats.h"
+#include "common/quant_formats.h"
 #include "reference/cpu_reference.h"
 #include "reference/quant_reference.h"
 

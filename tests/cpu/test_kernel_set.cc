@@ -1,4 +1,4 @@
-// The kernel set (src/kernels/kernel_set.def) against the planner: every kernel any plan launches
+// The kernel set (src/launch/kernel_set.def) against the planner: every kernel any plan launches
 // is declared (a pruned kernel a plan still reaches would fail at launch on a GPU), every declared
 // kernel is launched by some plan (nothing is built that no plan can choose), and the count CMake
 // read from the list (the kernel_budget ctest's) equals the C++ table's.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cpu/plan_test_util.h"
-#include "kernels/kernel_set.h"
+#include "launch/kernel_set.h"
 #include "policy/policy.h"
 
 namespace arf {

@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "kernels/launch_plan.h"
+#include "common/launch_plan.h"
 #include "cpu/plan_test_util.h"
 #include "policy/policy.h"
 #include "transport/workspace.h"

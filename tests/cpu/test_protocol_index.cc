@@ -1,4 +1,4 @@
-// The protocol's index arithmetic (src/kernels/protocol_index.h), and a host-thread model of the
+// The protocol's index arithmetic (src/common/protocol_index.h), and a host-thread model of the
 // Lamport protocol driven with random interleavings: N threads play N ranks, each pushing into its
 // peers' buffers, lazily clearing, polling for the -0.0 sentinel and rotating buffers exactly as the
 // kernel does, with token counts that change every call. Every value read must be the one its
@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/protocol_index.h"
+#include "common/protocol_index.h"
 
 namespace arf::protocol {
 namespace {

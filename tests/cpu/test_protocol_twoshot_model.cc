@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cpu/protocol_model.h"
-#include "kernels/protocol_index.h"
+#include "common/protocol_index.h"
 
 namespace arf::protocol {
 namespace {

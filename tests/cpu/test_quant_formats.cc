@@ -1,4 +1,4 @@
-// Tests of src/kernels/quant_formats.h: the e4m3 / e2m1 / UE8M0 encoders and decoders against
+// Tests of src/common/quant_formats.h: the e4m3 / e2m1 / UE8M0 encoders and decoders against
 // hand-derived bit patterns (saturation, -0, subnormals, NaN, ties to even), exhaustive round trips
 // of every code, sweeps against CUDA's own host conversions (an independent implementation of the
 // same rules), and the scale rules of every quantized pattern.
@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/quant_formats.h"
+#include "common/quant_formats.h"
 #include "quant_test_values.h"
 #include "reference/cpu_reference.h"
 

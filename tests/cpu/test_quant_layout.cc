@@ -1,4 +1,4 @@
-// Tests of src/kernels/quant_layout.h: hand-checked offsets of every scale layout (against the
+// Tests of src/common/quant_layout.h: hand-checked offsets of every scale layout (against the
 // formulas TRT-LLM's and FlashInfer's code and tests use, written here independently), and for each
 // layout a bijection check: every position of the padded grid, padding included, maps to its own
 // in-bounds slot and together they fill the buffer exactly.
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/quant_layout.h"
+#include "common/quant_layout.h"
 
 namespace arf::quant {
 namespace {

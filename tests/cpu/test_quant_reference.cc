@@ -10,7 +10,7 @@
 #include <initializer_list>
 #include <vector>
 
-#include "kernels/quant_formats.h"
+#include "common/quant_formats.h"
 #include "reference/cpu_reference.h"
 #include "reference/quant_reference.h"
 

@@ -1,5 +1,5 @@
 // arfScaleBufferBytes and the host's quant rules (src/core/quant_rules.h) against the layout
-// arithmetic the kernels use (src/kernels/quant_layout.h) and the CPU reference's own rules
+// arithmetic the kernels use (src/common/quant_layout.h) and the CPU reference's own rules
 // (src/reference/quant_reference.h): the host must size, accept and reject exactly what the
 // kernels write and the tests' reference can check.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/quant_rules.h"
-#include "kernels/quant_layout.h"
+#include "common/quant_layout.h"
 #include "reference/quant_reference.h"
 
 namespace arf {

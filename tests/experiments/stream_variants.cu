@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "kernels/quant_epilogue.cuh"
-#include "kernels/kernel_set.h"
+#include "launch/kernel_set.h"
 #include "kernels/streaming_epilogue.cuh"
 
 namespace {

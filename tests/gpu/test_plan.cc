@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gpu/harness.h"
-#include "kernels/kernel_params.h"
+#include "common/kernel_params.h"
 
 namespace arf::test {
 namespace {

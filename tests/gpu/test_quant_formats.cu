@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "kernels/quant_formats.h"
+#include "common/quant_formats.h"
 
 namespace arf::test {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "kernels/quant_layout.h"
+#include "common/quant_layout.h"
 #include "reference/cpu_reference.h"
 #include "reference/quant_reference.h"
 

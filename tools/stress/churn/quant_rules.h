@@ -1,6 +1,6 @@
 // Self-consistency rules for the quantized outputs (quant_out, scale_out) against the library's
 // OWN norm_out, host+device. Restated from the contracts in arfusion.h (arfPattern_t) and the
-// format rules the project documents (src/kernels/quant_formats.h, quant_layout.h; not included:
+// format rules the project documents (src/common/quant_formats.h, quant_layout.h; not included:
 // this is an outside program).
 //
 // Why self-consistency and not a bit-exact reference: norm_out is already checked against the
