@@ -14,14 +14,14 @@ if(ARF_BUILD_TESTS AND ARF_BUILD_BENCH AND TARGET arfusion_bench_core)
   set_tests_properties(bench_args_tests PROPERTIES LABELS cpu)
 endif()
 
-# The benchmark and soak scripts' rules (bench/tests: compare_world1*.py's targets and the noise
-# allowance of timing_noise.py, ab_summary.py's A/A rule, scripts/soak_tally.py's pooling of churn
+# The benchmark and soak scripts' rules (dev/measure/tests: compare_world1*.py's targets and the noise
+# allowance of timing_noise.py, ab_summary.py's A/A rule, dev/measure/soak_tally.py's pooling of churn
 # runs), on synthetic JSON:
 # plain Python.
 find_package(Python3 COMPONENTS Interpreter)
 if(ARF_BUILD_TESTS AND Python3_Interpreter_FOUND)
   add_test(NAME bench_scripts_cpu
-    COMMAND ${Python3_EXECUTABLE} -m unittest discover -s ${CMAKE_CURRENT_SOURCE_DIR}/bench/tests
-            -t ${CMAKE_CURRENT_SOURCE_DIR}/bench/tests -v)
+    COMMAND ${Python3_EXECUTABLE} -m unittest discover -s ${CMAKE_CURRENT_SOURCE_DIR}/dev/measure/tests
+            -t ${CMAKE_CURRENT_SOURCE_DIR}/dev/measure/tests -v)
   set_tests_properties(bench_scripts_cpu PROPERTIES LABELS cpu TIMEOUT 60)
 endif()

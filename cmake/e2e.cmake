@@ -1,4 +1,4 @@
-# The end-to-end tensor-parallel decoder benchmark's tests (bench/e2e/, issue 14):
+# The end-to-end tensor-parallel decoder benchmark's tests (bench/e2e/):
 #  - e2e_cpu (label cpu): its pure-Python parts — command line, plan, bf16 ulp / cosine /
 #    agreement / percentiles, timing aggregation, the JSON document and the text table — with the
 #    stdlib only (no torch, no GPU, no library).

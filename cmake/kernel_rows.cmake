@@ -1,6 +1,6 @@
 # The generator of the kernel set's translation units: reads src/launch/kernel_set.def and writes
 # one unit per row, each an explicit instantiation of kernel_row.cuh's row_kernels for its row.
-# Used by cmake/kernels.cmake (the build) and, in script mode, by scripts/ptxas_report.sh (which
+# Used by cmake/kernels.cmake (the build) and, in script mode, by dev/profile/ptxas_report.sh (which
 # compiles the units without configuring a build):
 #   cmake -DARF_KERNEL_SET=<kernel_set.def> -DARF_KERNEL_UNIT_DIR=<dir> -P cmake/kernel_rows.cmake
 #

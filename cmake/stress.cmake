@@ -13,7 +13,7 @@
 #   arfusion_diag               the release protocol with the variants' kernel subset: the like-for-
 #                               like baseline of an A/B against a variant or against a candidate
 #                               commit's arfusion_diag (a few MB: it ships to a GPU machine beside
-#                               the build; scripts/pack_for_device.sh --candidate)
+#                               the build; dev/remote_gpu/pack_for_device.sh --candidate)
 #
 # Each variant is a full CUDA build of the library with its own arfusion-stress-<variant>. The
 # negative-control ctests (labels gpu;negative) pass only when the soak DETECTS corruption within
@@ -23,7 +23,7 @@
 # them off. To build and run them on a GPU machine:
 #
 #   cmake -S . -B build-nc -G Ninja -DARF_BUILD_NEGATIVE_CONTROLS=ON && cmake --build build-nc
-#   ctest --test-dir build-nc -L negative --output-on-failure      (or: bash scripts/negative_controls.sh)
+#   ctest --test-dir build-nc -L negative --output-on-failure      (or: bash dev/remote_gpu/negative_controls.sh)
 option(ARF_BUILD_STRESS "Build arfusion-stress" ON)
 option(ARF_BUILD_NEGATIVE_CONTROLS
        "Build the debug-stall and negative-control library variants and their stress binaries" OFF)

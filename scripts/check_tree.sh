@@ -3,11 +3,8 @@
 #   size      no tracked source file (.h .hpp .cc .cpp .cu .cuh .py) over 800 lines, the hard limit
 #             of the style guide; a file that was already over it when the check came in is listed
 #             in size_ceilings below and may not grow past its count then (it must be split).
-#   held      every library change waiting in held/ (a git format-patch file) still applies to the
-#             tree on top of those listed above it in held/README.md's table, the order they land
-#             in, and the table lists each (skipped outside a git checkout).
 #   comments  no comment (or Python docstring) in src/ include/ bench/ tools/ tests/ scripts/
-#             python/ that sends the reader to a document this repository does not hold: an issue
+#             python/ dev/ cmake/ examples/ that sends the reader to a document this repository does not hold: an issue
 #             number, a seed write-up, a numbered design rule. A comment states the contract or the
 #             reason itself.
 # The size check fails the script. The comment check only warns while comment_check_enforcing is
@@ -95,7 +92,7 @@ comment_refs() {
   ' "$@"
 }
 
-mapfile -t sources < <(list_files 'src/*' 'include/*' 'bench/*' 'tools/*' 'tests/*' 'scripts/*' 'python/*' |
+mapfile -t sources < <(list_files 'src/*' 'include/*' 'bench/*' 'tools/*' 'tests/*' 'scripts/*' 'python/*' 'dev/*' 'cmake/*' 'examples/*' |
   grep -E '\.(h|hpp|c|cc|cpp|cu|cuh|py|sh|cmake)$|(^|/)CMakeLists\.txt$' || true)
 refs=""
 ((${#sources[@]} == 0)) || refs=$(comment_refs "${sources[@]}")
@@ -108,30 +105,6 @@ if [[ -n $refs ]]; then
   else
     printf '%s\n' "$refs" | sed 's/^/check_tree: warning: /'
     echo "check_tree: warning: $count comment(s) cite an issue, a seed write-up or a design rule (report only: comment_check_enforcing=0)"
-  fi
-fi
-
-# ---- held ----------------------------------------------------------------------------------
-# They land one after another in held/README.md's order, so each must apply on top of those above
-# it in that table: applied in turn to a scratch index (the working tree is not touched).
-if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  for p in held/*.patch; do
-    [[ -e $p ]] || continue
-    grep -q "^| \`${p#held/}\` |" held/README.md ||
-      { echo "check_tree: $p is not in held/README.md's table"; status=1; }
-  done
-  if [[ -f held/README.md ]]; then
-    scratch_index=$(mktemp)
-    GIT_INDEX_FILE=$scratch_index git read-tree HEAD
-    while read -r p; do
-      if [[ ! -f held/$p ]]; then
-        echo "check_tree: held/README.md lists held/$p, which does not exist"; status=1
-      elif ! GIT_INDEX_FILE=$scratch_index git apply --cached "held/$p" 2>/dev/null; then
-        echo "check_tree: held/$p no longer applies on top of the tree and the patches above it in held/README.md: rebase it (git am, fix, git format-patch)"
-        status=1
-      fi
-    done < <(sed -n 's/^| `\([^`]*\.patch\)` |.*/\1/p' held/README.md)
-    rm -f "$scratch_index"
   fi
 fi
 

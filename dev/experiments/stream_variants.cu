@@ -13,7 +13,7 @@
 // outputs are not compared.
 //
 //   cmake --build build --target arfusion_stream_variants     (or nvcc -std=c++20 -O3 -arch=sm_90
-//     -Isrc -Iinclude --expt-relaxed-constexpr tests/experiments/stream_variants.cu)
+//     -Isrc -Iinclude --expt-relaxed-constexpr dev/experiments/stream_variants.cu)
 //   build/arfusion_stream_variants [--tokens 512,2048,4096,16384] [--hidden 8192] [--repeats 7] [--iters 50]
 //                                  [--clean-l2 1 | --graph 1]
 //

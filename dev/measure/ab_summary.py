@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tabulates a candidate A/B of `scripts/gpu_acceptance.sh candidate` (or `world1_candidate`):
+"""Tabulates a candidate A/B of `dev/remote_gpu/gpu_acceptance.sh candidate` (or `world1_candidate`):
 arfusion-bench JSONs named ab_<op>_<world>_<library>.<round>.json, or
 ab_<op>_<world>_<library>_h<hidden>.<round>.json where one run times several hidden sizes (so a
 library's name must not end in _h and digits), one per library and round, libraries alternating
@@ -8,7 +8,7 @@ within a round. Quantized rows (--op quant) are told apart by their pattern: the
 rounds of the cell's time (itself a median of timed regions). A candidate's difference counts
 only beyond the A/A control, a copy of the base library timed in the same rounds: a cell is
 "slower" (or "faster") when the candidate's relative difference from the base exceeds the A/A
-copy's at that cell and the candidate's repeats do not overlap the base's (bench/timing_noise.py);
+copy's at that cell and the candidate's repeats do not overlap the base's (dev/measure/timing_noise.py);
 otherwise it is "within A/A". Without an A/A copy only the overlap rule applies.
 
 Usage: ab_summary.py DIR [--base base] [--aa base_copy] [--json OUT]"""

@@ -4,16 +4,16 @@
 # call at least as fast as torch.compile at every token count, per pattern; (B) per-group FP8 at
 # >= 85% of the copy bandwidth at >= 4096 tokens. Per hidden size (8192, then 7168): arfusion-bench
 # --op quant on device 0 (fp8_tensor, fp8_token, fp8_group, nvfp4, mxfp4; row-major fp32 scales),
-# bench/torch_quant_baseline.py over the same tokens, then bench/compare_world1_quant.py merges the
+# dev/measure/torch_quant_baseline.py over the same tokens, then dev/measure/compare_world1_quant.py merges the
 # two JSONs into per-pattern tables and the verdicts. Per hidden H, in OUT_DIR:
 #   quant_w1_hH.{json,txt}  torch_quant_hH.{json,txt}  compare_world1_quant_hH.{json,txt}
-# Usage: scripts/bench_world1_quant.sh [OUT_DIR] (default bench/results/tmp). Needs
+# Usage: dev/measure/bench_world1_quant.sh [OUT_DIR] (default bench/results/tmp). Needs
 # ./build/arfusion-bench (scripts/setup.sh) and PyTorch.
 # Knobs: ARF_BENCH (binary); ARF_WORLD1_TMAX (largest token count, default 4096);
 # ARF_WORLD1_HIDDENS (default "8192 7168"); ARF_WORLD1_QUANT (patterns, default all five);
 # ARF_WORLD1_ITERS, ARF_WORLD1_REPLAYS (calls per CUDA graph, replays; default 50, 4; both sides);
 # ARF_WORLD1_REPEATS (timed regions per cell, both sides, default 3: medians compared, the ranges
-# give the noise the verdict allows, bench/timing_noise.py);
+# give the noise the verdict allows, dev/measure/timing_noise.py);
 # ARF_WORLD1_CHECK (arfusion's CPU check, default 1); ARF_TORCH_MODE (torch.compile mode, default
 # max-autotune-no-cudagraphs); ARF_TORCH_BUDGET_S (per hidden size: the torch script starts no
 # new row after so many seconds; default none); ARF_TORCH_SHAPES:
@@ -24,7 +24,7 @@
 # Compile and autotune time is not measured yet on the GPU machine: the torch JSON records it
 # (header dynamic_compile_seconds, rows first_call_s) and each stage prints its start time.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 2
+cd "$(dirname "$0")/../.." || exit 2
 out=${1:-bench/results/tmp}
 mkdir -p "$out"
 bench=${ARF_BENCH:-build/arfusion-bench}
@@ -59,12 +59,12 @@ for hidden in $hiddens; do
     | tee "$out/quant_w1_h$hidden.txt"
   bench_rc=${PIPESTATUS[0]}
   echo "=== torch.compile, hidden $hidden ($(date -u +%H:%M:%S))"
-  python3 bench/torch_quant_baseline.py --tmin 1 --tmax "$tmax" --hidden "$hidden" \
+  python3 dev/measure/torch_quant_baseline.py --tmin 1 --tmax "$tmax" --hidden "$hidden" \
     --patterns "$patterns" -n "$iters" -G "$replays" --repeats "$repeats" --mode "$mode" --shapes "$shapes" \
     "${budget[@]}" --json "$out/torch_quant_h$hidden.json" | tee "$out/torch_quant_h$hidden.txt"
   torch_rc=${PIPESTATUS[0]}
   if [[ -s $out/quant_w1_h$hidden.json && -s $out/torch_quant_h$hidden.json ]]; then
-    python3 bench/compare_world1_quant.py "$out/quant_w1_h$hidden.json" \
+    python3 dev/measure/compare_world1_quant.py "$out/quant_w1_h$hidden.json" \
       "$out/torch_quant_h$hidden.json" --json "$out/compare_world1_quant_h$hidden.json" \
       | tee "$out/compare_world1_quant_h$hidden.txt"
   fi

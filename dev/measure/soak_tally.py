@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tally of the engine-like churn soak toward its target, across runs and sessions.
 
-    python3 scripts/soak_tally.py [PATH ...] [--json OUT]
+    python3 dev/measure/soak_tally.py [PATH ...] [--json OUT]
 
 PATH: churn JSON files (`arfusion-stress churn -J`) or directories searched for `churn*.json`
 (default: bench/results). Runs are pooled only where they soaked the same library: the same git
@@ -44,7 +44,7 @@ TARGET_PROCESSES = 100_000
 # What the library is built from: its sources and the CMake files that generate its kernel units.
 # CMakeLists.txt is left out: it changes with every test or tool target, the library's flags rarely.
 LIBRARY_PATHS = ("src", "include", "cmake/kernels.cmake", "cmake/kernel_rows.cmake")
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def library_identity(commit, repo=REPO):

@@ -8,13 +8,13 @@
 #   sass_world1_*.txt      SASS of the world-1 kernels profiled (hidden 8192: 2 vectors per thread)
 # Cases: one token and 4096 tokens of residual_rmsnorm and of fp8 per-tensor / per-token /
 # per-group at world 1, hidden 8192 bf16: the shapes of the world-1 targets (docs/performance.md).
-# Usage: bash scripts/profile_kernels.sh [OUT_DIR]   (default: profile_out; needs ./build from
-# scripts/pack_for_device.sh or a local build). Clocks are left alone (--clock-control none): the
+# Usage: bash dev/profile/profile_kernels.sh [OUT_DIR]   (default: profile_out; needs ./build from
+# dev/remote_gpu/pack_for_device.sh or a local build). Clocks are left alone (--clock-control none): the
 # kernels are profiled at the clocks the benchmarks run at, not at ncu's locked base clock. Takes
 # about two minutes. Everything ends up in OUT_DIR.tar.gz (the folder is removed): the device tool
 # returns only a few files per call.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${1:-profile_out}
 mkdir -p "$out"
 lib=build/libarfusion.so

@@ -3,12 +3,12 @@
 # (Triton) side by side, for the kernel-performance work: where each spends its time (DRAM
 # throughput, bytes in flight, stall reasons, occupancy). One report per kernel, plus its details
 # page as text:
-#   scripts/profile_world1.sh OUT_DIR [TOKENS] [HIDDEN]     (default 4096 tokens, hidden 8192, bf16)
+#   dev/profile/profile_world1.sh OUT_DIR [TOKENS] [HIDDEN]     (default 4096 tokens, hidden 8192, bf16)
 # ARF_PROFILE_QUANT: also the quantized patterns named (e.g. "fp8_group,fp8_tensor"), both sides.
 # ARF_NCU_SET: the ncu section set (default full). Clocks are left alone (--clock-control none: the
 # machine's clocks are not ours to lock). Needs ./build/arfusion-bench, ncu and PyTorch.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 2
+cd "$(dirname "$0")/../.." || exit 2
 out=${1:?usage: profile_world1.sh OUT_DIR [TOKENS] [HIDDEN]}
 tokens=${2:-4096}
 hidden=${3:-8192}
@@ -28,7 +28,7 @@ ncu "${ncu_args[@]}" -c 1 -k regex:oneshot_lamport_kernel -o "$out/arfusion_epil
   > "$out/arfusion_epilogue.log" 2>&1
 report arfusion_epilogue
 ncu "${ncu_args[@]}" -c 1 -k regex:triton -o "$out/torch_epilogue" \
-  python3 bench/torch_baseline.py --tmin "$tokens" --tmax "$tokens" --hidden "$hidden" -n 8 -G 1 \
+  python3 dev/measure/torch_baseline.py --tmin "$tokens" --tmax "$tokens" --hidden "$hidden" -n 8 -G 1 \
   --repeats 1 --mode "${ARF_TORCH_MODE:-default}" > "$out/torch_epilogue.log" 2>&1
 report torch_epilogue
 
@@ -42,7 +42,7 @@ for q in "${patterns[@]}"; do
     > "$out/arfusion_$q.log" 2>&1
   report "arfusion_$q"
   ncu "${ncu_args[@]}" -c 2 -k regex:triton -o "$out/torch_$q" \
-    python3 bench/torch_quant_baseline.py --patterns "$q" --tmin "$tokens" --tmax "$tokens" --hidden "$hidden" \
+    python3 dev/measure/torch_quant_baseline.py --patterns "$q" --tmin "$tokens" --tmax "$tokens" --hidden "$hidden" \
     -n 8 -G 1 --repeats 1 --mode "${ARF_TORCH_MODE:-default}" > "$out/torch_$q.log" 2>&1
   report "torch_$q"
 done

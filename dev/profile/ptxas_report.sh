@@ -2,19 +2,19 @@
 # Registers, stack frame, spills and static instruction count of every kernel of the library, from
 # the real sm_90 ptxas (-Xptxas -v) and the cubin's sections (readelf: .text bytes / 16, the size of
 # an sm_90 instruction, its end padding included), no GPU and no cuobjdump needed.
-#   scripts/ptxas_report.sh [-r REV] OUT.tsv      compile src/kernels/*.cu and the kernel set's units
+#   dev/profile/ptxas_report.sh [-r REV] OUT.tsv      compile src/kernels/*.cu and the kernel set's units
 #                                                 (cmake/kernel_rows.cmake) of the working tree (or
 #                                                 of commit REV, exported with git archive) -> one
 #                                                 row per kernel: name, regs, stack, spill st, spill
 #                                                 ld, SASS instructions
-#   scripts/ptxas_report.sh --compare A.tsv B.tsv markdown table of A (before) against B (after)
+#   dev/profile/ptxas_report.sh --compare A.tsv B.tsv markdown table of A (before) against B (after)
 # ARF_PTXAS_UNITS=GLOB compiles only the units whose file name matches (e.g. '*quant*': the
 # quantized kernels, about half the time of all); --compare then lists the others as absent.
 # Kernel names are demangled and shortened: "lamport w1 bf16 quant<fp8_group> v2" is
 # oneshot_lamport_kernel<__nv_bfloat16, 1, ResidualRmsNormQuantEpilogue<.., 2, Fp8PerGroupQuant>>.
 # Flags are the build's device flags (CMakeLists.txt) with -cubin: ptxas sees what the build's does.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 if [[ ${1:-} == --compare ]]; then
   exec python3 - "$2" "$3" <<'EOF'
@@ -51,7 +51,7 @@ fi
 
 rev=
 if [[ ${1:-} == -r ]]; then rev=$2; shift 2; fi
-out=${1:?usage: scripts/ptxas_report.sh [-r REV] OUT.tsv | --compare A.tsv B.tsv}
+out=${1:?usage: dev/profile/ptxas_report.sh [-r REV] OUT.tsv | --compare A.tsv B.tsv}
 nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -21,7 +21,7 @@ are printed and kept under "paired_differences_us", robust to the host's drift b
 plus gpu_us (CUDA-event time per fused call over a batch) and graph_replay_us (one CUDA graph of
 --calls fused calls, per call).
 
-    python3 python/tools/bench_op_overhead.py out.json [--tokens 1] [--hidden 4096]
+    python3 dev/python/bench_op_overhead.py out.json [--tokens 1] [--hidden 4096]
 """
 
 import argparse
@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 
 def main():

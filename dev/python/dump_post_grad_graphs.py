@@ -13,9 +13,9 @@ print the graph they are handed:
 Output: stdout, and when $OUT (or --out DIR) is set one file per variant and stage under it plus
 ``summary.json`` (torch version, which variants compiled, the op targets each graph holds).
 
-    python3 python/tools/dump_post_grad_graphs.py                 # every variant
-    OUT=/tmp/graphs python3 python/tools/dump_post_grad_graphs.py --only gemma,fp8
-    python3 python/tools/dump_post_grad_graphs.py --list
+    python3 dev/python/dump_post_grad_graphs.py                 # every variant
+    OUT=/tmp/graphs python3 dev/python/dump_post_grad_graphs.py --only gemma,fp8
+    python3 dev/python/dump_post_grad_graphs.py --list
 
 Standalone: needs torch only, not arfusion.
 """

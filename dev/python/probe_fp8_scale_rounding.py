@@ -7,7 +7,7 @@ The compile pass replaces torch's formula with the fused kernel, so this prints,
 rows (a different magnitude per row), the fraction of scales and of e4m3 bytes on which each
 evaluation differs from the IEEE one and from amax * fp32(1/448). Needs torch with CUDA.
 
-    python3 python/tools/probe_fp8_scale_rounding.py [--tokens 4096] [--hidden 8192]
+    python3 dev/python/probe_fp8_scale_rounding.py [--tokens 4096] [--hidden 8192]
 """
 
 import argparse

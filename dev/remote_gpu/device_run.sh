@@ -1,29 +1,29 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (the `device` tool): runs the named stages against a build made
-# elsewhere (scripts/pack_for_device.sh; carry .devpack and `tar -xJf .devpack/build.tar.xz` first).
+# elsewhere (dev/remote_gpu/pack_for_device.sh; carry .devpack and `tar -xJf .devpack/build.tar.xz` first).
 # Logs and JSON go to $OUT/run (default ./device_out/run), packed into $OUT/results.tar.gz at the
 # end, with short summaries copied to $OUT. scripts/README.md says how a run is made and filed.
 # Stages (default: env gpu bench world1 allreduce):
 #   env           machine facts: date, commit, nvidia-smi, topology, nvcc version -> env.txt
 #   gpu           ctest -L gpu: the GPU suite, short soaks, negative controls, ipc tests
 #   bench         the README's default fused sweep (8 virtual ranks when one GPU is visible)
-#   world1        world-1 residual + RMSNorm against torch.compile (scripts/bench_world1.sh)
+#   world1        world-1 residual + RMSNorm against torch.compile (dev/measure/bench_world1.sh)
 #   allreduce     the plain all-reduce, 32 KiB..64 MiB
 #   quant         each quantized pattern as 3 kernels, 2 kernels and 1 kernel; 8 virtual ranks, world 1
 #   quant7168     the same at hidden 7168 (DeepSeek-V3's), 8 virtual ranks
-#   world1_quant  world-1 norm + quantization against torch.compile (scripts/bench_world1_quant.sh)
-#   profile       ncu and cuobjdump of the world-1 kernels (scripts/profile_kernels.sh)
+#   world1_quant  world-1 norm + quantization against torch.compile (dev/measure/bench_world1_quant.sh)
+#   profile       ncu and cuobjdump of the world-1 kernels (dev/profile/profile_kernels.sh)
 #   stress        the refill soak, eager and with CUDA graphs (ARF_SOAK_SECONDS each, default 60)
 #   soak          the long soak, GPU verifier, one chunk per visible GPU (ARF_SOAK_CPA, ARF_SOAK_SEED)
 #   negative      negative controls must be detected, the debug-stall soak must pass
-#                 (scripts/negative_controls.sh)
+#                 (dev/remote_gpu/negative_controls.sh)
 #   multi         one GPU per rank: ctest, then per TP size 2/4/8 the fused sweep writing a tuned
 #                 table, the sweep again with that table, the all-reduce, the sweep as processes
 #   procs         the tools as one process per rank under arfusion-run (ipc transport)
 # ARF_LIMIT_<stage>=SECONDS bounds one stage's commands (bounded() below).
-# Usage: bash scripts/device_run.sh [stage...]
+# Usage: bash dev/remote_gpu/device_run.sh [stage...]
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${OUT:-device_out}
 mkdir -p "$out/run"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -69,7 +69,7 @@ for stage in "${stages[@]}"; do
     bench)
       bounded ./build/arfusion-bench -J "$out/run/fused_default.json" 2>&1 | tee "$out/run/fused_default.txt" | tail -30 ;;
     world1)
-      bounded bash scripts/bench_world1.sh "$out/run/world1" > "$out/run/world1.log" 2>&1
+      bounded bash dev/measure/bench_world1.sh "$out/run/world1" > "$out/run/world1.log" 2>&1
       tail -n 12 "$out"/run/world1/compare_world1_*.txt 2>/dev/null || tail -30 "$out/run/world1.log" ;;
     allreduce)
       bounded ./build/arfusion-bench --op allreduce -b 32K -e 64M -f 2 -G 1 -c 1 -J "$out/run/allreduce.json" 2>&1 \
@@ -86,11 +86,11 @@ for stage in "${stages[@]}"; do
         | tee "$out/run/quant_h7168.txt" | tail -12 ;;
     world1_quant)
       # World-1 norm + quantization against torch.compile of the same function, hidden 8192 and 7168.
-      bounded bash scripts/bench_world1_quant.sh "$out/run/world1_quant" > "$out/run/world1_quant.log" 2>&1
+      bounded bash dev/measure/bench_world1_quant.sh "$out/run/world1_quant" > "$out/run/world1_quant.log" 2>&1
       tail -n 14 "$out"/run/world1_quant/compare_world1_quant_h*.txt 2>/dev/null || tail -30 "$out/run/world1_quant.log" ;;
     profile)
-      # Where the time of the missed world-1 targets goes (ncu, cuobjdump): scripts/profile_kernels.sh.
-      bounded bash scripts/profile_kernels.sh "$out/run/profile" 2>&1 | tail -30 ;;
+      # Where the time of the missed world-1 targets goes (ncu, cuobjdump): dev/profile/profile_kernels.sh.
+      bounded bash dev/profile/profile_kernels.sh "$out/run/profile" 2>&1 | tail -30 ;;
     stress)
       # The refill soak (mixed algorithms, patterns and shapes, every output checked), eager and with
       # graphs (tools/stress/README.md).
@@ -116,7 +116,7 @@ for stage in "${stages[@]}"; do
       # A shipped build configured with -DARF_BUILD_NEGATIVE_CONTROLS=ON is used as is.
       nc_env=()
       [[ -e build/arfusion-stress-relaxed_flags ]] && nc_env=(ARF_NC_BUILD=build)
-      env "${nc_env[@]}" bash scripts/negative_controls.sh "$out/run/negative" 2>&1 \
+      env "${nc_env[@]}" bash dev/remote_gpu/negative_controls.sh "$out/run/negative" 2>&1 \
         | tee "$out/run/negative.log" | tail -20 ;;
     multi)
       # Real ranks: one GPU per rank. Tests with ARF_TEST_DEVICES; per TP size: the sweep

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Acceptance runs of the shared-GPU protocol fix and of the API-4 surface on the GPU machine, one
-# stage per purpose, against a build made elsewhere (scripts/pack_for_device.sh; configure with
+# stage per purpose, against a build made elsewhere (dev/remote_gpu/pack_for_device.sh; configure with
 # -DARF_SHARED=ON -DARF_BUILD_NEGATIVE_CONTROLS=ON). Logs and JSON land in $OUT (default
 # ./acceptance_out), packed into $OUT/acceptance.tar.gz at the end.
 #
-#   bash scripts/gpu_acceptance.sh replay starved churn     # stages, in order
+#   bash dev/remote_gpu/gpu_acceptance.sh replay starved churn     # stages, in order
 #
 # Stages:
 #   replay    the outside program's Lamport stall sequence (tests/data/lamport-stall-world2.csv),
@@ -28,7 +28,7 @@
 #             ARF_VOLUME_ALGOS (-a, name[:weight] list; default the four, equal weights;
 #             ARF_VOLUME_ALGOS_N for world N); the
 #             worlds one after another (never two communicators' collectives at once on one GPU);
-#             scripts/soak_tally.py pools the JSONs
+#             dev/measure/soak_tally.py pools the JSONs
 #   soak_factors  the churn soak at 8 virtual ranks, ARF_FACTOR_SECONDS (default 10) each, as
 #             configured and with one factor changed (token mix, skew, calls in flight, foreign-kernel size,
 #             capacity, hidden, reference check, one pattern or algorithm only): calls/s of each,
@@ -48,7 +48,7 @@
 #             The plain all-reduce (16 KiB-16 MiB) and the fused sweep (hidden 8192, 1-2048 tokens;
 #             ARF_CANDIDATE_OPS, ARF_CANDIDATE_SWEEP, ARF_CANDIDATE_WORLDS for others)
 #             at 2, 4, 8 virtual ranks, base, an A/A copy of base (ARF_CANDIDATE_AA, default 1) and
-#             every candidate in turn, 2 rounds (-n 100 -G 3 -R 3), tabulated by bench/ab_summary.py
+#             every candidate in turn, 2 rounds (-n 100 -G 3 -R 3), tabulated by dev/measure/ab_summary.py
 #             (log/ab_summary.txt: a cell counts only beyond the A/A copy's difference);
 #             then, with ARF_CANDIDATE_TESTS=1 (full libraries only), each candidate's GPU suite and
 #             churn soak at 2 and 8 virtual ranks
@@ -56,7 +56,7 @@
 #             where the streaming kernels run: the residual + RMSNorm epilogue (1-16384 tokens) and
 #             the FP8 epilogues (ARF_W1_QUANT, default fp8_tensor,fp8_token,fp8_group; 1-4096 tokens;
 #             row-major fp32 scales) at hidden ARF_W1_HIDDENS (default 8192), bf16, -R 3, 2 rounds
-#             alternating, tabulated by bench/ab_summary.py (log/ab_summary_world1.txt). Full
+#             alternating, tabulated by dev/measure/ab_summary.py (log/ab_summary_world1.txt). Full
 #             libraries only: arfusion_diag lacks the quantized kernels
 #   policy    what auto should pick where ranks share a GPU: the plain all-reduce (16 KiB-64 MiB) and
 #             the fused sweep (hidden 8192, 1-2048 tokens) at 2, 4, 8 virtual ranks with every
@@ -80,9 +80,9 @@
 #   e2e       the end-to-end decoder: bench/e2e/run.sh ${ARF_E2E_ARGS:---quick} (results under bench/results);
 #             ARF_E2E_MPS=1: its rank processes under a private MPS daemon (run at once, not time-sliced)
 #   perf      world-1 epilogues against torch.compile (bench_world1.sh, bench_world1_quant.sh)
-#   build     configure and build ./build here (a snapshot from scripts/snapshot_for_device.sh)
+#   build     configure and build ./build here (a snapshot from dev/remote_gpu/snapshot_for_device.sh)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${OUT:-acceptance_out}
 mkdir -p "$out/log"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -282,7 +282,7 @@ for stage in "$@"; do
       read -ra csweep <<< "${ARF_CANDIDATE_SWEEP:-}"
       AB_WORLDS=${ARF_CANDIDATE_WORLDS:-2 4 8} ab_rounds ab "${ARF_CANDIDATE_OPS:-allreduce fused}" \
         oneshot_lamport,oneshot_pull,twoshot,auto "${csweep[@]}"
-      python3 bench/ab_summary.py "$out/log" > "$out/log/ab_summary.txt" 2>&1
+      python3 dev/measure/ab_summary.py "$out/log" > "$out/log/ab_summary.txt" 2>&1
       echo "ab summary: exit $?"; grep -E "^[A-Za-z0-9_.-]+: \{" "$out/log/ab_summary.txt"
       [[ ${ARF_CANDIDATE_TESTS:-0} == 1 ]] || continue
       for ((i = 1; i < ${#names[@]}; i++)); do
@@ -314,7 +314,7 @@ for stage in "$@"; do
           done
         done
       done
-      python3 bench/ab_summary.py "$out/log" > "$out/log/ab_summary_world1.txt" 2>&1
+      python3 dev/measure/ab_summary.py "$out/log" > "$out/log/ab_summary_world1.txt" 2>&1
       echo "ab summary: exit $?"; grep -E "^[A-Za-z0-9_.-]+: \{" "$out/log/ab_summary_world1.txt" ;;
     policy)
       for n in 2 4 8; do
@@ -356,14 +356,14 @@ for stage in "$@"; do
         --output-on-failure > "$out/log/ctest_gpu.txt" 2>&1
       echo "ctest -L gpu: exit $?"; grep -E "Test +#|tests passed|Total Test" "$out/log/ctest_gpu.txt" | tail -30 ;;
     python)
-      OUT="$out/log/graphs" PYTHONPATH=python timeout 300 python3 python/tools/dump_post_grad_graphs.py \
+      OUT="$out/log/graphs" PYTHONPATH=python timeout 300 python3 dev/python/dump_post_grad_graphs.py \
         > "$out/log/graphs.txt" 2>&1
       echo "graph dump: exit $?"; tail -3 "$out/log/graphs.txt"
       timeout 540 bash python/tests/run_gpu_tests.sh ${ARF_PYTHON_ARGS:-} > "$out/log/python_gpu.txt" 2>&1
       echo "python gpu tests: exit $?"; grep -E "^(FAIL|SKIP)|passed|failed" "$out/log/python_gpu.txt" | tail -25
-      timeout 120 python3 python/tools/probe_fp8_scale_rounding.py > "$out/log/probe_fp8_scale.txt" 2>&1
+      timeout 120 python3 dev/python/probe_fp8_scale_rounding.py > "$out/log/probe_fp8_scale.txt" 2>&1
       echo "fp8 scale probe: exit $?"
-      timeout 200 python3 python/tools/bench_op_overhead.py "$out/log/op_overhead.json" > "$out/log/op_overhead.txt" 2>&1
+      timeout 200 python3 dev/python/bench_op_overhead.py "$out/log/op_overhead.json" > "$out/log/op_overhead.txt" 2>&1
       echo "op overhead: exit $?"; tail -15 "$out/log/op_overhead.txt" ;;
     native)
       timeout 180 python3 -m arfusion.torch.build_ops > "$out/log/native_build.txt" 2>&1
@@ -384,7 +384,7 @@ for stage in "$@"; do
         done
       fi
       for b in python cpp; do
-        ARFUSION_TORCH_OPS=$b timeout 200 python3 python/tools/bench_op_overhead.py \
+        ARFUSION_TORCH_OPS=$b timeout 200 python3 dev/python/bench_op_overhead.py \
           "$out/log/op_overhead_$b.json" > "$out/log/op_overhead_$b.txt" 2>&1
         echo "op overhead ($b ops): exit $?"; grep -E "^(ctypes|op_|comm_)" "$out/log/op_overhead_$b.txt"
       done
@@ -402,9 +402,9 @@ for stage in "$@"; do
       echo "e2e: exit $?"; grep -E "VERDICT|FAIL|^  - " "$out/log/e2e.txt" | head -20
       cp bench/results/*-e2e*-"$ARF_GIT_COMMIT"/e2e.json "$out/log/" 2>/dev/null ;;
     perf)
-      bash scripts/bench_world1.sh "$out/log/world1" > "$out/log/world1.txt" 2>&1
+      bash dev/measure/bench_world1.sh "$out/log/world1" > "$out/log/world1.txt" 2>&1
       echo "world1: exit $?"; tail -n 8 "$out"/log/world1/compare_world1_*.txt 2>/dev/null
-      bash scripts/bench_world1_quant.sh "$out/log/world1_quant" > "$out/log/world1_quant.txt" 2>&1
+      bash dev/measure/bench_world1_quant.sh "$out/log/world1_quant" > "$out/log/world1_quant.txt" 2>&1
       echo "world1 quant: exit $?"; tail -30 "$out/log/world1_quant/compare_world1_quant.txt" 2>/dev/null ;;
     *) echo "unknown stage $stage" ;;
   esac

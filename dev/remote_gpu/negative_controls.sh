@@ -5,18 +5,18 @@
 # timeout never counts as a detection. Each run's JSON summary (first bad call, rank, row, element)
 # lands in OUT_DIR.
 #
-# Usage: bash scripts/negative_controls.sh [OUT_DIR]      (default: negative_controls_out)
+# Usage: bash dev/remote_gpu/negative_controls.sh [OUT_DIR]      (default: negative_controls_out)
 #   JOBS=N                 build parallelism (default: nproc)
 #   ARF_CMAKE_ARGS="..."   extra configure arguments, e.g. -DARF_DEBUG_STALL_NS=500000
 # Exit: ctest's (0: every control behaved as required); 77 from the tests means no GPU (skipped).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${1:-negative_controls_out}
 mkdir -p "$out"
 nvcc_path=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 
 # ARF_NC_BUILD=DIR: use a build already configured with -DARF_BUILD_NEGATIVE_CONTROLS=ON (e.g. one
-# made elsewhere and shipped by scripts/pack_for_device.sh) instead of building ./build-nc here.
+# made elsewhere and shipped by dev/remote_gpu/pack_for_device.sh) instead of building ./build-nc here.
 nc_build=${ARF_NC_BUILD:-build-nc}
 if [[ -z ${ARF_NC_BUILD:-} ]]; then
   cmake -S . -B build-nc -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc_path" \

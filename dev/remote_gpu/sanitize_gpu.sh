@@ -5,7 +5,7 @@
 #   synccheck  barrier misuse (__syncthreads / __syncthreads_and on divergent paths)
 # plus a short arfusion-stress run under memcheck (mixed algorithms back to back).
 #
-# Usage: bash scripts/sanitize_gpu.sh [LOG_DIR]          (default LOG_DIR: sanitize_logs)
+# Usage: bash dev/remote_gpu/sanitize_gpu.sh [LOG_DIR]          (default LOG_DIR: sanitize_logs)
 #   BUILD_DIR=build        where arfusion_gpu_tests / arfusion-stress were built
 #   ARF_TEST_DEVICES=0,1   ranks on distinct GPUs instead of virtual ranks on GPU 0 (harness.h)
 #   ARF_SAN_MEMCHECK_FILTER / ARF_SAN_RACECHECK_FILTER / ARF_SAN_SYNCCHECK_FILTER override the
@@ -21,7 +21,7 @@
 # error"), not as a sanitizer finding. The world-1 and single-rank tests in each filter still run
 # every kernel body under the tool.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 logs=${1:-sanitize_logs}
 build=${BUILD_DIR:-build}
 tests=$build/arfusion_gpu_tests

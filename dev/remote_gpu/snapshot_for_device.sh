@@ -3,11 +3,11 @@
 # the negative-control variants takes ~2.5 min), when the working tree holds uncommitted work that
 # must not travel: writes .snap/ (git-excluded) from HEAD or the named commit, with COMMIT holding
 # its hash (gpu_acceptance.sh stamps results with it: the device copy's own git HEAD can be stale).
-#   bash scripts/snapshot_for_device.sh [COMMIT]
+#   bash dev/remote_gpu/snapshot_for_device.sh [COMMIT]
 # Then, in every device call (a call that does not name .snap in carry finds it removed):
-#   carry: [".snap"], command: cd .snap && bash scripts/gpu_acceptance.sh build python e2e ctest
+#   carry: [".snap"], command: cd .snap && bash dev/remote_gpu/gpu_acceptance.sh build python e2e ctest
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 # git's exclude file (in a worktree .git is a file, so ask git where it is)
 exclude=$(git rev-parse --git-path info/exclude)
 commit=$(git rev-parse --short "${1:-HEAD}")

@@ -3,7 +3,7 @@
 #   bash python/tests/run_gpu_tests.sh [--worlds 2,4,8] [--scenarios ...] [--json FILE]
 # Interpreter: $ARF_PYTHON (default python3; it must have torch >= 2.6 with CUDA). Library:
 # $ARFUSION_LIBRARY, else the package's lookup (python/arfusion/libarfusion.so, build/libarfusion.so).
-# Then the graph dump and the op-overhead benchmark are separate tools (python/tools/).
+# Then the graph dump and the op-overhead benchmark are separate tools (dev/python/).
 # Exit 77 (skipped) without torch >= 2.6 or a GPU, with a "SKIPPED: ..." line.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

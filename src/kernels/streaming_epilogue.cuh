@@ -7,7 +7,7 @@
 //    residual_in per CTA are copied into shared memory by cp.async, so kStagedRowBuffers - 1 rows
 //    are in flight while one is reduced, normalised and stored, without registers held for them
 //    (registers cap the CTAs per SM, and so the bytes in flight, of the register loop; capping
-//    them for more CTAs spills: tests/experiments/stream_variants.cu);
+//    them for more CTAs spills: dev/experiments/stream_variants.cu);
 //  - software pipelining (the other epilogues): at the top of each row the next row's input and
 //    residual_in are loaded into a second set of registers.
 // In every way per-CTA state (gamma in registers, scale_in: the epilogue's

@@ -2,7 +2,7 @@
 # A/B of the world-1 epilogues on one GPU: two builds of arfusion-bench (e.g. the commit before and
 # after a kernel change), run alternately old/new for every sweep, REPEATS times each, then medians
 # and spread (min..max over the repeats) side by side, per cell.
-#   bash bench/ab/ab_epilogue.sh OLD_BUILD_DIR NEW_BUILD_DIR [OUT_DIR]
+#   bash dev/measure/ab/ab_epilogue.sh OLD_BUILD_DIR NEW_BUILD_DIR [OUT_DIR]
 # Sweeps (arfusion-bench, --nranks 1, CUDA graphs, checked once against the CPU reference):
 #   --op epilogue (residual + RMSNorm): tokens 1..16384, hidden 8192 and 16384, bf16 and fp16
 #   --op quant, every pattern: tokens 1..16384, hidden 7168 and 8192, bf16 (every kernel count)

@@ -2,7 +2,7 @@
 // conversion, for every float bit pattern in either half (the other half a varying pattern):
 // e4m3 (cvt.rn.satfinite.e4m3x2.f32, used by quant_formats.h encode_e4m3x2_device) and, for
 // reference, bf16x2 / f16x2 (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32).
-//   nvcc -O3 -arch=sm_90 -std=c++20 bench/ab/cvt_pair_check.cu -o cvt_pair_check && ./cvt_pair_check
+//   nvcc -O3 -arch=sm_90 -std=c++20 dev/measure/ab/cvt_pair_check.cu -o cvt_pair_check && ./cvt_pair_check
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>

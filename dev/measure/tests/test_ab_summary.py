@@ -1,4 +1,4 @@
-"""CPU tests of bench/ab_summary.py: which candidate cells count as slower or faster than the base
+"""CPU tests of dev/measure/ab_summary.py: which candidate cells count as slower or faster than the base
 once the A/A copy's difference and the repeats' ranges are taken into account (synthetic JSON)."""
 import json
 import os

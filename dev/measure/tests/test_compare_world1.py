@@ -1,4 +1,4 @@
-"""CPU tests of bench/compare_world1.py: the world-1 targets' verdicts from synthetic JSON (the
+"""CPU tests of dev/measure/compare_world1.py: the world-1 targets' verdicts from synthetic JSON (the
 numbers are made up; what is tested is the rule, including the noise allowance)."""
 import contextlib
 import io

@@ -1,4 +1,4 @@
-"""CPU tests of bench/compare_world1_quant.py's target A with the noise allowance (synthetic JSON)."""
+"""CPU tests of dev/measure/compare_world1_quant.py's target A with the noise allowance (synthetic JSON)."""
 import os
 import sys
 import unittest

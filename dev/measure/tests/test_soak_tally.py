@@ -1,4 +1,4 @@
-"""CPU tests of scripts/soak_tally.py: which churn runs count toward the soak target and how they
+"""CPU tests of dev/measure/soak_tally.py: which churn runs count toward the soak target and how they
 pool (synthetic JSON; the library identity is injected instead of asking git)."""
 import json
 import os
@@ -6,7 +6,7 @@ import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import soak_tally as st  # noqa: E402
 
 

@@ -262,7 +262,7 @@ bool write_json(const std::string& path, const ChurnOptions& o, const RunReport&
   nlohmann::json j;
   j["tool"] = "arfusion-stress churn";
   j["command_line"] = o.command_line;
-  // What was soaked: the commit the caller names (scripts/soak_tally.py pools runs of the same
+  // What was soaked: the commit the caller names (dev/measure/soak_tally.py pools runs of the same
   // library sources) and the header's API version.
   const char* commit = std::getenv("ARF_GIT_COMMIT");
   j["git_commit"] = commit != nullptr ? commit : "";
