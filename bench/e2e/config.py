@@ -285,7 +285,7 @@ class Options:
 
     @property
     def for_the_record(self) -> bool:
-        """Timing meets the brief's bar (>= 200 replays per shape, not a quick preset)."""
+        """Timing good enough for the performance record (>= 200 replays per shape, not a quick preset)."""
         return (not self.quick and self.replays >= MIN_RECORD_REPLAYS
                 and (not self.prefill_tokens or self.prefill_replays >= MIN_RECORD_REPLAYS))
 

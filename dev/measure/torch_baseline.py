@@ -2,7 +2,7 @@
 """torch.compile baseline for arfusion's world-1 epilogue (`arfusion-bench --op epilogue`).
 
 Times the same function arfusion's epilogue computes, with the bf16 rounding of the unfused
-contract (design.md, numerics 3-4):
+contract (docs/architecture.md, "Numerics"):
 
     residual_out = bf16(fp32(x) + fp32(residual))
     norm_out     = bf16(fp32(residual_out) * rsqrt(mean(fp32(residual_out)^2) + eps) * fp32(gamma))

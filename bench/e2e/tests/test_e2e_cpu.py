@@ -119,7 +119,7 @@ class TestConfig(unittest.TestCase):
         quick = config.parse_args(["--quick"])
         self.assertEqual(quick.preset, "quick")
         self.assertFalse(quick.for_the_record)
-        # a smoke that fits one device call; the gates at the brief's size are the full preset's
+        # a smoke that fits one device call; the gates at full size are the full preset's
         self.assertEqual((quick.layers, quick.gate_steps), (8, 32))
         ct = config.parse_args(["--ctest"])
         self.assertEqual((ct.layers, ct.tp, ct.gates_only), (2, [2], True))

@@ -289,8 +289,8 @@ def _match_norm(y, hidden, act_dtype) -> _Norm:
 # The scale rule of the dynamic tails this module matches. Their scale is amax / 448.0 with a
 # Python-number divisor (_match_dynamic_fp8), which torch evaluates on a GPU as amax * fp32(1/448),
 # eager CUDA (a CPU-scalar divisor becomes a multiplication by its fp32 reciprocal) and Inductor
-# alike (measured on every scale: bench/results/2026-12-01-torch-integration-a5b8136/
-# probe_fp8_scale_rounding.json); arfFp8ScaleTimesReciprocal gives those bits, so fusing the tail
+# alike (measured on every scale by dev/python/
+# probe_fp8_scale_rounding.py); arfFp8ScaleTimesReciprocal gives those bits, so fusing the tail
 # does not change them. Static per-tensor tails have no computed scale: the default rule.
 _DYNAMIC_SCALE_RULE = "times_reciprocal"
 
