@@ -7,6 +7,9 @@
 #                                                 of commit REV, exported with git archive) -> one
 #                                                 row per kernel: name, regs, stack, spill st, spill
 #                                                 ld, SASS instructions
+#                                                 and the report OUT.md beside it (--report)
+#   dev/profile/ptxas_report.sh --report T.tsv        the Markdown report of a table: what the columns
+#                                                 mean, the totals, the kernels that spill, every row
 #   dev/profile/ptxas_report.sh --compare A.tsv B.tsv markdown table of A (before) against B (after)
 # ARF_PTXAS_UNITS=GLOB compiles only the units whose file name matches (e.g. '*quant*': the
 # quantized kernels, about half the time of all); --compare then lists the others as absent.
@@ -15,6 +18,36 @@
 # Flags are the build's device flags (CMakeLists.txt) with -cubin: ptxas sees what the build's does.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+
+if [[ ${1:-} == --report ]]; then
+  exec python3 - "$2" <<'EOF'
+import sys
+rows = []
+for line in open(sys.argv[1]):
+    name, *vals = line.rstrip("\n").split("\t")
+    rows.append((name, *[int(v) for v in vals]))
+spilling = sorted((r for r in rows if r[3] or r[4]), key=lambda r: (-r[3], r[0]))
+print("# ptxas report: registers, stack, spills and static instructions of every kernel (sm_90)\n")
+print(f"Table: `{sys.argv[1]}`, written by `dev/profile/ptxas_report.sh` (the real sm_90 ptxas with the")
+print("build's device flags, no GPU). Columns: registers a thread; stack frame, spill stores and spill")
+print("loads in bytes; static SASS instructions (the cubin's .text section over 16 bytes, end padding")
+print("included). Names: `lamport wN` = oneshot_lamport_kernel at world N (w1: the streaming kernel),")
+print("`local` = local_epilogue_kernel, `vN` = N 16-byte vectors per thread, `norm` = residual + RMSNorm,")
+print("`quant<p>` = residual + RMSNorm + quantization p, `quant_only<p>` = a split call's second kernel.\n")
+print(f"Kernels: {len(rows)}; with spills: {len(spilling)}; spill stores summed: "
+      f"{sum(r[3] for r in rows):,} B; spill loads summed: {sum(r[4] for r in rows):,} B; "
+      f"SASS instructions summed: {sum(r[5] for r in rows if len(r) > 5):,}.\n")
+def table(title, rs):
+    print(f"## {title}\n")
+    print("| kernel | regs | stack B | spill st B | spill ld B | SASS instr |")
+    print("|---|---|---|---|---|---|")
+    for r in rs:
+        print("| " + " | ".join(str(v) for v in r) + (" | ? |" if len(r) < 6 else " |"))
+    print()
+table("Kernels that spill (most spill stores first)", spilling)
+table("Every kernel", rows)
+EOF
+fi
 
 if [[ ${1:-} == --compare ]]; then
   exec python3 - "$2" "$3" <<'EOF'
@@ -116,3 +149,5 @@ rows = sorted((compact(n), e[4], e[1], e[2], e[3], str(instructions[e[0]])) for 
 sys.stdout.write("".join("\t".join(r) + "\n" for r in rows))
 print(f"{len(rows)} kernels", file=sys.stderr)
 ' "$out.log" "$tmp" > "$out"
+bash "$0" --report "$out" > "${out%.tsv}.md"
+echo "ptxas_report: $out and ${out%.tsv}.md" >&2
