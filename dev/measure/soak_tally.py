@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tally of the engine-like churn soak toward its target, across runs and sessions.
+"""Tally of the engine-like churn soak toward its target, across runs.
 
     python3 dev/measure/soak_tally.py [PATH ...] [--json OUT]
 

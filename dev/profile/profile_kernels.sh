@@ -11,8 +11,8 @@
 # Usage: bash dev/profile/profile_kernels.sh [OUT_DIR]   (default: profile_out; needs ./build from
 # dev/remote_gpu/pack_for_device.sh or a local build). Clocks are left alone (--clock-control none): the
 # kernels are profiled at the clocks the benchmarks run at, not at ncu's locked base clock. Takes
-# about two minutes. Everything ends up in OUT_DIR.tar.gz (the folder is removed): the device tool
-# returns only a few files per call.
+# about two minutes. Everything ends up in OUT_DIR.tar.gz (the folder is removed): one archive to
+# bring back.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-profile_out}

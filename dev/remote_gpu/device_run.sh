@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One call on the GPU machine (the `device` tool): runs the named stages against a build made
-# elsewhere (dev/remote_gpu/pack_for_device.sh; carry .devpack and `tar -xJf .devpack/build.tar.xz` first).
+# One run on the GPU host: runs the named stages against a build made elsewhere
+# (dev/remote_gpu/pack_for_device.sh; copy .devpack there and `tar -xJf .devpack/build.tar.xz` first).
 # Logs and JSON go to $OUT/run (default ./device_out/run), packed into $OUT/results.tar.gz at the
-# end, with short summaries copied to $OUT. scripts/README.md says how a run is made and filed.
+# end, with short summaries copied to $OUT. dev/README.md says how a run is made and filed.
 # Stages (default: env gpu bench world1 allreduce):
 #   env           machine facts: date, commit, nvidia-smi, topology, nvcc version -> env.txt
 #   gpu           ctest -L gpu: the GPU suite, short soaks, negative controls, ipc tests
@@ -49,7 +49,7 @@ if [[ -n $configured && ! -e $configured ]]; then
   mkdir -p "$(dirname "$configured")" && ln -s "$PWD/build" "$configured"
 fi
 
-# A stage's commands may be bounded so one device call fits its limit: ARF_LIMIT_<stage>=SECONDS
+# A stage's commands may be bounded so the run fits a time limit: ARF_LIMIT_<stage>=SECONDS
 # (e.g. ARF_LIMIT_gpu=300) stops that stage's commands after so many seconds (SIGINT, then KILL).
 bounded() {
   local limit_var="ARF_LIMIT_$stage"

@@ -19,8 +19,8 @@
 #   volume    soak volume toward the target (>= 10^6 calls per algorithm): the churn soak with
 #             verify_calls on the four forced algorithms, ARF_VOLUME_SECONDS (default 120) at each of
 #             ARF_VOLUME_WORLDS (default "2 4 8"), one soak per GPU at once (ARF_VOLUME_GPUS, default
-#             all visible), seeds from ARF_SOAK_SEED (default: the time, so runs of different
-#             sessions draw different sequences); with ARF_VOLUME_IPC_CALLS > 0 also that many calls
+#             all visible), seeds from ARF_SOAK_SEED (default: the time, so different runs draw
+#             different sequences); with ARF_VOLUME_IPC_CALLS > 0 also that many calls
 #             as 2 processes over ipc (ARF_VOLUME_MPS=1: under a private MPS daemon, ~8x the calls/s
 #             of time-slicing); ARF_VOLUME_SECONDS_N overrides the seconds of world N; token mix
 #             ARF_VOLUME_MIX (default volume: fewer bytes per call, the same kinds of call; engine:

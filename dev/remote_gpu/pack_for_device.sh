@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Packs what the GPU machine needs from ./build into .devpack/build.tar.xz, small enough for the
-# device tool's 64 MiB transfer: configure with -DARF_SHARED=ON first (one libarfusion.so holds
-# the kernels; static linking would copy ~22 MB of them into every executable). On the device:
+# Packs what the GPU host needs from ./build into .devpack/build.tar.xz, small enough to copy
+# there with the working tree (tens of MB): configure with -DARF_SHARED=ON first (one
+# libarfusion.so holds the kernels; static linking would copy ~22 MB of them into every
+# executable). Copy .devpack to the GPU host with the tree, then there:
 #   tar -xJf .devpack/build.tar.xz && bash dev/remote_gpu/device_run.sh [stages]
-# with `carry: [".devpack"]`. Extra build-relative paths can be named as arguments.
+# Extra build-relative paths can be named as arguments.
 # --candidate NAME FILE instead packs a libarfusion.so built from another commit into
 # .devpack-NAME/candidate.tar.xz (as NAME/libarfusion.so), for gpu_acceptance.sh's candidate stage;
-# carry it with .devpack. A full library is ~23 MB of the 64 MiB transfer (one per call); a
+# copy it with .devpack. A full library is ~23 MB (keep a copy small: one or two libraries); a
 # candidate's arfusion_diag (bf16, unquantized patterns: what the A/B measures) is ~1 MB:
 #   tar -xJf .devpack-NAME/candidate.tar.xz && mkdir base && cp build/libarfusion_diag.so base/libarfusion.so &&
 #   ARF_CANDIDATES="NAME=$PWD/NAME" ARF_CANDIDATE_BASE=$PWD/base bash dev/remote_gpu/gpu_acceptance.sh candidate

@@ -4,8 +4,8 @@
 # must not travel: writes .snap/ (git-excluded) from HEAD or the named commit, with COMMIT holding
 # its hash (gpu_acceptance.sh stamps results with it: the device copy's own git HEAD can be stale).
 #   bash dev/remote_gpu/snapshot_for_device.sh [COMMIT]
-# Then, in every device call (a call that does not name .snap in carry finds it removed):
-#   carry: [".snap"], command: cd .snap && bash dev/remote_gpu/gpu_acceptance.sh build python e2e ctest
+# Then copy .snap to the GPU host with the tree and run there:
+#   cd .snap && bash dev/remote_gpu/gpu_acceptance.sh build python e2e ctest
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # git's exclude file (in a worktree .git is a file, so ask git where it is)
