@@ -19,7 +19,7 @@ class NcclBaseline {
   NcclBaseline(const NcclBaseline&) = delete;
   NcclBaseline& operator=(const NcclBaseline&) = delete;
 
-  // Loads NCCL (the library's loader, nccl::library: $ARF_NCCL_LIBRARY or libnccl.so.2), forces NCCL_NVLS_ENABLE=0 (multicast objects stay off, see design.md) and creates
+  // Loads NCCL (the library's loader, nccl::library: $ARF_NCCL_LIBRARY or libnccl.so.2), forces NCCL_NVLS_ENABLE=0 (no NVLink multicast objects: arfusion never creates them, and the baseline must not either) and creates
   // the communicators. Returns "" or why the column is skipped. Call from the main thread.
   std::string init(const RankLayout& layout, arfPattern_t pattern, const arfCommConfig_t& config);
 

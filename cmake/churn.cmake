@@ -82,9 +82,9 @@ if(ARF_BUILD_TESTS)
       --hash-dir ${CMAKE_CURRENT_BINARY_DIR}/churn_soak_ipc_mps_${n}.hashes
       -J ${CMAKE_CURRENT_BINARY_DIR}/churn_soak_ipc_mps_${n}.json)
   endforeach()
-  # The sequence that stalled the library when an outside program drove it (shared/repro,
-  # copied into tests/data/): its capacity, Lamport forced as recorded, replayed 3 times on
-  # fresh communicators with the repro's host-side jitter and no device delay.
+  # The sequence that stalled the library when an outside program drove it (tests/data/; how it
+  # was recorded: docs/testing.md): its capacity, Lamport forced as recorded, replayed 3 times on
+  # fresh communicators with the recording's host-side jitter and no device delay.
   arf_add_churn_test(churn_replay_lamport $<TARGET_FILE:arfusion-stress> churn
     --replay ${CMAKE_CURRENT_SOURCE_DIR}/tests/data/lamport-stall-world2.csv --repeat 3
     --nranks 2 --max-tokens 2048 --max-hidden 4096 --skew-us 0 --host-skew-us 200 --progress 10

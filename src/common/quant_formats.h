@@ -339,7 +339,7 @@ ARF_HD inline float e4m3_dynamic_quotient(float x, const E4m3Reciprocal& r) {
 // a check on its fast path, and it leaves that path for zero and subnormal numerators, where one
 // such lane sends its whole warp through a long subroutine with spills (zeros are ordinary in a
 // norm's output: padding rows, zero gamma entries; with 1 in 64 of them the quantized epilogues
-// ran ~28% of their instructions there, bench/results/2026-11-29-profile-fdbe9a3/).
+// ran ~28% of their instructions there, by Nsight Compute's per-instruction counts).
 struct E4m3TensorReciprocal {
   float prescale;  // the power of two that brings |scale| to scale', with the scale's sign; +-1
                    // for 0, inf and NaN

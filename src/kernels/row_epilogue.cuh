@@ -1,7 +1,7 @@
 // What happens to a row once its all-reduced value is known: the epilogue types (AllReduceEpilogue,
 // ResidualRmsNormEpilogue) and the row slice each thread owns. Every algorithm and the standalone
 // epilogue kernel go through the same code with the same block shape, which is why the fused and
-// unfused paths are bitwise equal (design.md, numerics contract).
+// unfused paths are bitwise equal (the numerics contract, docs/architecture.md).
 #pragma once
 
 #include <concepts>

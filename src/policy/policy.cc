@@ -1,8 +1,8 @@
 // Policy: feasibility mask -> tuned table or default thresholds -> choice, in the spirit of NCCL's
 // sym_kernels.cc. Everything here is a pure function of (CallShape, StaticFacts, TuningTable): no
 // timing, no device queries, no
-// per-rank state, so every rank computes the same Plan (vLLM #43616 hung because
-// per-rank launch shapes diverged). The block size comes from common/launch_plan.h
+// per-rank state, so every rank computes the same Plan (an engine has hung
+// because per-rank launch shapes diverged). The block size comes from common/launch_plan.h
 // (block_threads_for_row), the one definition the planner, the launcher and the CPU tests share.
 #include "policy/policy.h"
 
@@ -25,9 +25,10 @@ const char* algorithm_name(Algorithm a) { return arf::algorithm_name(static_cast
 
 bool world_supported(int world) { return world == 1 || world == 2 || world == 4 || world == 8; }
 
-// Bytes per rank above which one-shot Lamport stops winning on Hopper with NVLink
-// (shared/research/kernel-anchors.md §1 TRT-LLM SM90 table, §3 vLLM SM90 caps, Lessons 1). One-shot
-// moves world x the data of two-shot, so the limit shrinks as the world grows. World 1 never
+// Bytes per rank above which one-shot Lamport stops winning on Hopper with NVLink. One-shot moves
+// world x the data of two-shot, so the limit shrinks as the world grows. The starting points were
+// the fused one-shot crossovers other Hopper implementations ship (about 8 MiB per rank at world 2,
+// 1-2 MiB at world 4, 0.5 MiB at world 8); world 2's and world 4's were then measured on ours. World 1 never
 // communicates, so any size is "one-shot".
 int64_t oneshot_limit_bytes(int world) {
   switch (world) {
@@ -80,17 +81,17 @@ bool shape_feasible(const CallShape& shape, const StaticFacts& facts, std::strin
 
 // Ranks sharing a device have no links between them: every push and pull crosses the one HBM and
 // every rank's CTAs share its SMs, so the NVLink limits above do not apply. Measured on one H200
-// with every rank on it (bench/results/2026-12-02-policy-16897d5: plain all-reduce 16 KiB-64 MiB,
-// residual + RMSNorm at hidden 8192, 1-2048 tokens, every algorithm forced):
+// with every rank on it (plain all-reduce 16 KiB-64 MiB, residual + RMSNorm at hidden 8192, 1-2048
+// tokens, every algorithm forced; gpu_acceptance.sh policy):
 //   2 ranks: oneshot_lamport is 15-31% faster than two-shot up to 2 MiB; above, oneshot_pull is
 //            5-34% faster than two-shot.
 //   4 ranks: oneshot_lamport is 6-38% faster up to 512 KiB; above, oneshot_pull wins the plain
 //            all-reduce by 1-24%, two-shot the fused epilogue by 1-5% up to 4 MiB and oneshot_pull
 //            it by 2-4% from 8 MiB.
 // The 2-rank plain limit and the 4-rank fused switch to oneshot_pull were re-measured with this
-// rule in place (bench/results/2026-12-02-factors-candidate-policy-b7d3053, policy_summary.txt:
-// plain 2 MiB oneshot_lamport 10.39 vs oneshot_pull 10.83 us; fused 2048 tokens oneshot_pull
-// 276.17 vs two-shot 287.94 us), after the entry change that made oneshot_pull 9% faster there.
+// rule in place (plain 2 MiB oneshot_lamport 10.39 vs oneshot_pull 10.83 us; fused 2048 tokens
+// oneshot_pull 276.17 vs two-shot 287.94 us), after the entry change that made oneshot_pull 9%
+// faster there. With both changes auto was within 2% of the fastest column at every size measured.
 //   8 ranks: two-shot within 2% of the best at every size; oneshot_pull 5-42% and
 //            oneshot_lamport 9-307% slower.
 // Worlds where only some ranks share a device (unmeasured) take two-shot, as all sharing did
@@ -168,8 +169,8 @@ Result<Plan> choose_auto(const CallShape& shape, const StaticFacts& facts) {
   std::string pull_why;
   const bool pull_ok = algorithm_feasible(Algorithm::kOneshotPull, shape, facts, &pull_why);
   // World 2: two-shot's reduce-scatter and all-gather read as many bytes from the one peer as
-  // oneshot_pull's single read, and synchronize twice. Measured on 2x H200 over NV18 (bench/
-  // results/2026-11-29-tp2-3377d9b, hidden 8192): pull even at 1024 tokens, 3-5% faster at
+  // oneshot_pull's single read, and synchronize twice. Measured on 2x H200 over NV18 (hidden
+  // 8192; docs/performance.md, real ranks): pull even at 1024 tokens, 3-5% faster at
   // 2048-4096.
   if (facts.world == 2 && pull_ok) {
     plan.algorithm = Algorithm::kOneshotPull;

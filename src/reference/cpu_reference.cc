@@ -1,4 +1,4 @@
-// CPU reference of the numerics contract (design.md): fixed-order fp32 sum over ranks, dtype
+// CPU reference of the numerics contract (docs/architecture.md): fixed-order fp32 sum over ranks, dtype
 // rounding of the sum and of residual_out, RMSNorm in double. Conversions use integer bit
 // manipulation rather than _Float16/__bf16, so their rounding depends on neither the compiler nor
 // libgcc. The sums assume the default FP environment (round-to-nearest, no FTZ/DAZ).

@@ -1,5 +1,5 @@
 // CPU reference of every pattern, shared by tests, `arfusion-bench --check` and the stress tool.
-// It follows the numerics contract of design.md exactly where the contract is exact (fp32 sum over
+// It follows the numerics contract (docs/architecture.md) exactly where the contract is exact (fp32 sum over
 // ranks in order 0..N-1, dtype rounding of the sum and of residual_out) and computes RMSNorm in
 // double precision, so norm_out is compared with a stated tolerance (compare_norm below).
 #pragma once

@@ -1,6 +1,6 @@
 // CPU reference of the quantized epilogues: what each quant pattern must write, computed
 // from the dtype-ROUNDED norm_out (the bf16/fp16 bits reference_fused or the kernel's own norm
-// output produce), as the unfused contract says (design.md, numerics 5).
+// output produce), as the unfused contract says (docs/architecture.md, "Numerics").
 //
 // Arithmetic order, shared with the kernels through src/common/quant_formats.h (the reference
 // calls those very functions; a kernel that does the same gets the same bits):

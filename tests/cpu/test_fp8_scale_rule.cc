@@ -114,8 +114,8 @@ TEST(Fp8ScaleRule, EachRuleIsItsFormulaThenTheFloor) {
 
 // How often the rules part, over the positive finite values of each dtype: the unfloored
 // quotients RN(a / 448) and RN(a * RN(1/448)) differ for 17,468 of bf16's 32,512 positive normal
-// values (the figure the torch probe measured exhaustively, bench/results/2026-12-01-torch-
-// integration-a5b8136), the floored scales for 9,727 of them (the rest lie under the floor);
+// values (the figure the torch probe, dev/python/probe_fp8_scale_rounding.py, measured
+// exhaustively), the floored scales for 9,727 of them (the rest lie under the floor);
 // always by one ulp. The power-of-two (UE8M0) scales never differ for a 16-bit amax.
 TEST(Fp8ScaleRule, TheRulesDifferByOneUlpWhereTheQuotientsDo) {
   struct Counts {

@@ -92,7 +92,7 @@ TEST(PullBarrierModel, WithoutEndBarrierTheCorruptionIsDetected) {
     if (r.wrong > 0) detected_in_runs = static_cast<int>(seed);
   }
   EXPECT_GT(detected_in_runs, 0) << "20 runs without the end barrier and no stale read seen: the "
-                                    "model cannot see the seed-004 bug";
+                                    "model cannot see the missing-end-barrier bug";
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // (arfusion.h), with one host thread and one CUDA stream per rank, as an engine would: ranks must
 // run concurrently because a rank's kernel spins until its peers arrive.
 //
-// What makes a check able to catch the seed bugs (shared/research/ecosystem-testing.md §1.2):
+// What makes a check able to catch silent cross-call corruption (docs/testing.md):
 //  - data is distinct per rank AND per call (a stale peer buffer never holds the right bits);
 //  - outputs are poisoned (0xFFFF, a NaN in both dtypes; 0xFBFB, finite, for NaN/Inf inputs)
 //    before each call;

@@ -36,7 +36,7 @@ std::string algo_world_dtype_name(const ::testing::TestParamInfo<AlgoWorldDtype>
 
 class BackToBack : public ::testing::TestWithParam<AlgoWorldDtype> {};
 
-// The token sequence of the brief, then reversed: shrinking after growing is where a rank that runs
+// Token counts from 1 to the capacity across the plan's boundaries, then reversed: shrinking after growing is where a rank that runs
 // ahead finds a peer's buffer still sized (and filled) for the previous call. Widths rotate too, so
 // grids change on every call. Host skew up to 300 us per rank per call.
 TEST_P(BackToBack, ChangingTokensEveryCall) {

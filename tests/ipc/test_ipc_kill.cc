@@ -53,7 +53,7 @@
 namespace arf::ipc_test {
 namespace {
 
-// The brief's bound of every device wait in the fault test, and what "within the bound" allows on
+// The bound of every device wait in the fault test (the communicator's timeout), and what "within the bound" allows on
 // top (the kernel's timer starts when it spins, after the launch we time from; scheduling of
 // time-sliced processes on one GPU; the host's polling).
 constexpr double kFaultTimeoutSeconds = 2.0;

@@ -1,6 +1,6 @@
 // The stress tool's own device work: the consumer kernel, and CUDA error checking for the tool.
 //
-// The consumer is the vLLM/SGLang trick (shared/research/ecosystem-testing.md §1.2): right after a
+// The consumer is the trick engines' own all-reduce tests use (docs/testing.md): right after a
 // collective returns on a rank's stream, overwrite the call's inputs, as the next layer of a model
 // would reuse those buffers. A peer that still reads this rank's data after the call (a missing end
 // barrier) then reads the overwrite instead of the input. It is a kernel rather than a memset so it

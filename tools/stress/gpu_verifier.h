@@ -1,6 +1,6 @@
 // `--verify gpu`: the checks of verify.h done by kernels on the GPU, so the soak runs at GPU speed
-// instead of the host verifier's (bench/results/2026-11-29-single-gpu-targets-2b0b6bb/soak.txt: 546 calls/s,
-// limited by host threads comparing bytes).
+// instead of the host verifier's (546 calls/s on one H200 with 8 virtual ranks, limited by host
+// threads comparing bytes).
 //
 // Flow (the host verifier's, with device memory in place of pinned memory):
 //  - every rank copies each step's outputs into its output slot (step % ring_depth), which lives
@@ -22,8 +22,7 @@
 // the device can take the room of a CTA that its peers spin for. The first version checked
 // concurrently (a check stream waiting on the slot events, later a reaper thread enqueueing behind
 // host-side event waits): on the H200 with 4 and 8 virtual ranks the collectives timed out within
-// 7-150 calls, and not once in 20000 calls with the checks skipped or with 2 ranks
-// (bench/results/2026-11-29-soak-gpu-verifier-09d0b04/). The gate costs a drain every ring_depth steps.
+// 7-150 calls, and not once in 20000 calls with the checks skipped or with 2 ranks. The gate costs a drain every ring_depth steps.
 //
 // Restriction: every rank on ONE device (virtual ranks), since the check kernel reads all ranks'
 // inputs and outputs; args.cc refuses --verify gpu otherwise.

@@ -1,5 +1,5 @@
 // Checks one call's outputs on every rank against the precomputed reference (dataset.h) and across
-// ranks. What counts as wrong follows the numerics contract (design.md):
+// ranks. What counts as wrong follows the numerics contract (docs/architecture.md):
 //  - allreduce_out and residual_out: bitwise equal to the reference;
 //  - norm_out: within ref::norm_within_tolerance of the double-precision value;
 //  - every output bitwise identical on every rank (compared with rank 0), counted separately as

@@ -256,7 +256,7 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
                "negative control: exit 0 only if a timeout, async error or wrong element was seen");
   app.add_flag("--list-boundaries", o.list_boundaries, "print the probed plan boundaries and exit");
   app.add_option("--write-schedule", o.write_schedule, "write the issued calls as a replayable CSV");
-  app.add_option("--replay", o.replay_path, "replay a call sequence (shared/repro CSV format)");
+  app.add_option("--replay", o.replay_path, "replay a call sequence (the --write-schedule CSV format)");
   app.add_option("--repeat", o.repeat, "run the sequence this many times on fresh communicators")
       ->check(CLI::Range(1, 1000000))->capture_default_str();
   app.add_option("--table-calls", o.table_calls,

@@ -1,4 +1,4 @@
-// The call-sequence CSV of shared/repro/ (one row per call, the same on every rank), read for
+// The call-sequence CSV (docs/testing.md; one row per call, the same on every rank), read for
 // `--replay` and written by `--write-schedule`, so a sequence a soak issued can be replayed.
 //
 // Columns are found by header name, in any order. Required: tokens, hidden, and pattern
