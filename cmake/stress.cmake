@@ -5,8 +5,8 @@
 #   arfusion_debug_stall        kernels stall one rank at every protocol point (src/kernels/
 #                               debug_stall.cuh); the soak must still find ZERO wrong elements
 #   arfusion_nc_no_end_barrier  oneshot_pull without its end barrier: a fast rank's next copy-in
-#                               overwrites what a slow peer still reads (AITER PR #4346)
-#   arfusion_nc_relaxed_flags   barrier flags relaxed instead of release/acquire (AITER #2890)
+#                               overwrites what a slow peer still reads (a bug AMD's AITER shipped)
+#   arfusion_nc_relaxed_flags   barrier flags relaxed instead of release/acquire (another of AITER's)
 #   arfusion_nc_no_lamport_clear  Lamport buffers never cleared (stale slots read as data)
 #   arfusion_nc_no_shared_device_gate  ranks sharing a GPU without the gate and the enqueue wait at
 #                               return: the churn soak must stall

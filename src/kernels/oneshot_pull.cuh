@@ -1,6 +1,6 @@
 // oneshot_pull: copy-in, start barrier, every rank reads the row from all peers' copy-in buffers,
 // end barrier. Without the end barrier a fast rank returns and its next call overwrites its copy-in
-// buffer while a slow peer is still reading it (silent corruption under skew; AITER PR #4346).
+// buffer while a slow peer is still reading it (silent corruption under skew, as AMD's AITER once shipped).
 // A rank whose input IS its copy-in buffer (arfCommGetInputBuffer) skips the copy: what peers read
 // after the start barrier is the same, so ranks may differ in this; validation keeps every other
 // tensor of the call out of that buffer, and the end barrier still holds the rank's next write to

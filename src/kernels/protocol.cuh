@@ -17,7 +17,7 @@ namespace arf::protocol {
 // 64 bits: a flag word carries the epoch and the writer's call index in one access (flag_word).
 __device__ __forceinline__ void st_release_sys(uint64_t* ptr, uint64_t value) {
 #if defined(ARF_NEGATIVE_CONTROL_RELAXED_FLAGS)
-  // Negative control only (cmake/stress.cmake): AITER #2890's bug, a relaxed flag store that no
+  // Negative control only (cmake/stress.cmake): a bug AITER shipped, a relaxed flag store that no
   // longer publishes the payload. arfusion-stress must detect the corruption.
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(ptr), "l"(value) : "memory");
 #else
@@ -26,7 +26,7 @@ __device__ __forceinline__ void st_release_sys(uint64_t* ptr, uint64_t value) {
 }
 
 // Pairs with st_release_sys: loads after it (and, through the following bar.sync, the CTA's loads)
-// observe the peer's data. Plain volatile would not order the payload (vLLM PR #2760, AITER #2890).
+// observe the peer's data. Plain volatile would not order the payload (vLLM and AITER both had to fix this).
 __device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* ptr) {
   uint64_t value;
 #if defined(ARF_NEGATIVE_CONTROL_RELAXED_FLAGS)

@@ -2,7 +2,7 @@
 // plus the host-mapped ErrorRecord a bounded wait fills in. The layout is a pure function of the
 // communicator's capacity (CPU-testable); allocation and initialisation need the rank's device.
 // All sizes are 64-bit: FlashInfer shipped an illegal-address bug from a 32-bit workspace size
-// (flashinfer #1223) at max_token 131072.
+// at max_token 131072.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // arfPlan: identical on every rank for every shape (a rank that picks another
-// algorithm or grid hangs its peers, as in vLLM #43616), self-consistent, and a true description of
+// algorithm or grid hangs its peers, as has happened in an engine), self-consistent, and a true description of
 // what a call launches (checked by capturing the call into a CUDA graph and reading its kernels).
 #include <cuda.h>
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // The soak's call sequence: which algorithm, pattern, token count and data every call uses.
 //
-// Why it looks like this: a missing-barrier bug (AITER PR #4346) hid because
+// Why it looks like this: a missing-barrier bug shipped in AMD's AITER hid because
 // unit tests repeated one shape with one grid. So the token count changes on EVERY call, and the
 // sequence visits both sides of every dispatch boundary — every token count at which arfPlan's
 // algorithm, inner all-reduce, kernel count, grid or block changes — of every (algorithm, pattern)
