@@ -1,21 +1,65 @@
 #!/usr/bin/env bash
-# Tree checks that need no build (CI runs them first, in about a second):
-#   size      no tracked source file (.h .hpp .cc .cpp .cu .cuh .py) over 800 lines, the hard limit
-#             of the style guide; a file that was already over it when the check came in is listed
-#             in size_ceilings below and may not grow past its count then (it must be split).
-#   comments  no comment (or Python docstring) in src/ include/ bench/ tools/ tests/ scripts/
-#             python/ dev/ cmake/ examples/ that sends the reader to a document this repository does not hold: an issue
-#             number, a seed write-up, a numbered design rule. A comment states the contract or the
-#             reason itself.
-# The size check fails the script. The comment check only warns while comment_check_enforcing is
-# 0: other directories still hold such references; set it to 1 once they are gone
-# (ARF_COMMENT_CHECK_ENFORCING=1 tries that now).
-# Usage: bash scripts/check_tree.sh        Exit: 0 clean (or comment warnings only), 1 offenders.
+# Tree checks that need no build (CI runs them first; well under a few seconds):
+#   size        no tracked source file (.h .hpp .cc .cpp .cu .cuh .py) over 800 lines, the hard limit
+#               of the style guide; a file that was already over it when the check came in is listed
+#               in size_ceilings below and may not grow past its count then (it must be split).
+#   references  (scripts/check_references.py) no tracked text file, Markdown and cmake/ included,
+#               cites a document the repository does not hold or a tracker's numbers; every relative
+#               link of a Markdown file resolves; every bench/results/... path a Markdown file names
+#               exists. A comment or a page states the reason itself.
+# Usage: bash scripts/check_tree.sh              Exit: 0 clean, 1 offenders.
+#        bash scripts/check_tree.sh --self-test  plants each fault in a scratch repository and shows
+#                                                that the check fails on it (and passes without).
+# ARF_CHECK_TREE_ROOT=DIR checks another tree (the self-test uses it).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+script_dir=$(cd "$(dirname "$0")" && pwd)
 
+# ---- self-test: every check must fail on the fault it names -----------------------------------
+self_test() {
+  local tmp; tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  local failed=0
+  plant() {  # plant NAME FILE CONTENT EXPECTED: a clean tree plus FILE must fail, saying EXPECTED
+    local name=$1 file=$2 content=$3 expected=$4 repo="$tmp/$1" out
+    mkdir -p "$repo/docs" "$repo/src" "$repo/bench/results/area"
+    printf '# Record\n\nSee [the other page](other.md) and `bench/results/area/run.json`.\n' >"$repo/docs/index.md"
+    printf '# Other\n' >"$repo/docs/other.md"
+    printf '{}\n' >"$repo/bench/results/area/run.json"
+    printf '// A comment that states its reason.\nint f() { return 1; }\n' >"$repo/src/f.cc"
+    if [[ -n $file ]]; then mkdir -p "$(dirname "$repo/$file")"; printf '%b' "$content" >"$repo/$file"; fi
+    git -C "$repo" init -q && git -C "$repo" add -A
+    if out=$(ARF_CHECK_TREE_ROOT="$repo" bash "$script_dir/check_tree.sh" 2>&1); then
+      if [[ -z $file ]]; then echo "self-test: clean tree passes"; return; fi
+      echo "self-test: FAILED: planted $name ($file) and the check passed"; failed=1
+    elif [[ -z $file ]]; then
+      echo "self-test: FAILED: the clean tree does not pass:"; echo "$out"; failed=1
+    elif grep -q -- "$expected" <<<"$out"; then
+      echo "self-test: $name caught: $(grep -m1 -- "$expected" <<<"$out")"
+    else
+      echo "self-test: FAILED: planted $name, the check failed for another reason:"; echo "$out"; failed=1
+    fi
+  }
+  plant clean "" "" ""
+  plant bad-link docs/bad.md '[gone](missing.md)\n' "link 'missing.md' does not resolve"
+  plant bad-anchor-link docs/bad.md '[gone](../src/nothing.cc#L3)\n' "does not resolve"
+  plant outside-doc docs/bad.md 'The reason is in ../shared/design.md.\n' "outside the repository"
+  plant design-md src/g.cc '// bitwise equal (design.md, numerics 3)\n' "design document"
+  plant issue-number cmake/x.cmake '# works around issue 12\n' "an issue number"
+  plant tracker-number src/h.cc '// as in vLLM #43616\n' "tracker"
+  plant seed-write-up tests/t.py '# the seed-004 bug\n' "seed write-up"
+  plant missing-result docs/bad.md 'Figure: `bench/results/area/gone.json`.\n' "does not exist"
+  plant missing-result-glob README.md 'Files: bench/results/area/none_*.json\n' "matches no file"
+  plant missing-result-braces README.md 'Files: `bench/results/area/{run,gone}.json`\n' "gone.json' does not exist"
+  plant oversize src/big.cc "$(printf 'int x;\\n%.0s' $(seq 801))" "lines (limit 800)"
+  return "$failed"
+}
+if [[ ${1:-} == --self-test ]]; then
+  self_test && echo "self-test: OK (every planted fault caught)" && exit 0
+  exit 1
+fi
+
+cd "${ARF_CHECK_TREE_ROOT:-$script_dir/..}"
 max_lines=800
-comment_check_enforcing=${ARF_COMMENT_CHECK_ENFORCING:-1}
 # path -> line count when the limit came in; shrink the number as the file shrinks, delete the
 # entry once the file is under the limit. Empty: every tracked source is under the limit.
 declare -A size_ceilings=()
@@ -51,62 +95,8 @@ while IFS= read -r f; do
 done < <(list_files '*.h' '*.hpp' '*.cc' '*.cpp' '*.cu' '*.cuh' '*.py')
 ((size_offenders == 0)) || status=1
 
-# ---- comments ---------------------------------------------------------------------------------
-# awk prints "path:line: text" for every comment line that cites one; the comment text is what
-# follows // or lies inside /* */ (C-like), follows # or lies inside a triple-quoted docstring
-# (Python), follows # (shell, CMake).
-comment_refs() {
-  awk '
-    function cites(text,   t) {
-      t = tolower(text)
-      return t ~ /(^|[^a-z0-9_])issues?[ \t]*#?[0-9]/ ||
-             t ~ /(^|[^a-z0-9_])seed[- ]?00[0-9]/ ||
-             t ~ /(^|[^a-z0-9_])design rules?[ \t]*#?[0-9]/
-    }
-    function report(text) { if (cites(text)) printf "%s:%d: %s\n", FILENAME, FNR, text }
-    FNR == 1 {
-      in_block = 0; in_doc = 0
-      kind = FILENAME ~ /\.py$/ ? "py" : (FILENAME ~ /\.(sh|cmake)$|CMakeLists\.txt$/ ? "hash" : "c")
-    }
-    kind == "c" {
-      line = $0; text = ""
-      while (line != "") {
-        if (in_block) {
-          e = index(line, "*/")
-          if (e == 0) { text = text " " line; line = "" } else { text = text " " substr(line, 1, e - 1); line = substr(line, e + 2); in_block = 0 }
-        } else {
-          s = index(line, "/*"); d = index(line, "//")
-          if (d > 0 && (s == 0 || d < s)) { text = text " " substr(line, d + 2); line = "" }
-          else if (s > 0) { in_block = 1; line = substr(line, s + 2) }
-          else line = ""
-        }
-      }
-      report(text); next
-    }
-    kind == "py" {
-      line = $0; n = gsub(/"""|'"'''"'/, "&", line)
-      if (in_doc || n > 0) { report($0); if (n % 2 == 1) in_doc = !in_doc; next }
-      h = index($0, "#"); if (h > 0) report(substr($0, h + 1)); next
-    }
-    kind == "hash" { h = index($0, "#"); if (h > 0) report(substr($0, h + 1)) }
-  ' "$@"
-}
+# ---- references --------------------------------------------------------------------------------
+python3 "$script_dir/check_references.py" --root . || status=1
 
-mapfile -t sources < <(list_files 'src/*' 'include/*' 'bench/*' 'tools/*' 'tests/*' 'scripts/*' 'python/*' 'dev/*' 'cmake/*' 'examples/*' |
-  grep -E '\.(h|hpp|c|cc|cpp|cu|cuh|py|sh|cmake)$|(^|/)CMakeLists\.txt$' || true)
-refs=""
-((${#sources[@]} == 0)) || refs=$(comment_refs "${sources[@]}")
-if [[ -n $refs ]]; then
-  count=$(printf '%s\n' "$refs" | wc -l)
-  if [[ $comment_check_enforcing == 1 ]]; then
-    printf '%s\n' "$refs" | sed 's/^/check_tree: /'
-    echo "check_tree: $count comment(s) cite an issue, a seed write-up or a design rule: state the reason instead"
-    status=1
-  else
-    printf '%s\n' "$refs" | sed 's/^/check_tree: warning: /'
-    echo "check_tree: warning: $count comment(s) cite an issue, a seed write-up or a design rule (report only: comment_check_enforcing=0)"
-  fi
-fi
-
-((status == 0)) && echo "check_tree: OK (size limit $max_lines lines; comment check $([[ $comment_check_enforcing == 1 ]] && echo enforcing || echo report-only))"
+((status == 0)) && echo "check_tree: OK (size limit $max_lines lines; references)"
 exit "$status"
