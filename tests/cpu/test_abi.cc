@@ -16,9 +16,8 @@
 namespace {
 
 std::string header_text() {
-  std::string path = __FILE__;  // <repo>/tests/cpu/test_abi.cc
-  for (int i = 0; i < 3; ++i) path = path.substr(0, path.find_last_of('/'));
-  std::ifstream in(path + "/include/arfusion/arfusion.h");
+  // ARF_TEST_SOURCE_DIR: the repository (CMakeLists.txt); __FILE__ names files relative to it.
+  std::ifstream in(std::string(ARF_TEST_SOURCE_DIR) + "/include/arfusion/arfusion.h");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
