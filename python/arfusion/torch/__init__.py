@@ -40,7 +40,9 @@ if _torch_version_tuple(_torch.__version__) < TORCH_MIN_VERSION:
 
 from ._comm import Communicator, get_communicator, registered_communicators  # noqa: E402,F401
 from . import ops  # noqa: E402,F401  (registers torch.ops.arfusion.*)
-from .compile import AllReduceFusionPass, FusionStats, compile_options  # noqa: E402,F401
+from .compile import (AllReduceFusionPass, CommunicatorFacts, FusionStats,  # noqa: E402,F401
+                      compile_options)
 
 __all__ = ["Communicator", "get_communicator", "registered_communicators", "ops",
-           "AllReduceFusionPass", "FusionStats", "compile_options", "TORCH_MIN_VERSION"]
+           "AllReduceFusionPass", "CommunicatorFacts", "FusionStats", "compile_options",
+           "TORCH_MIN_VERSION"]

@@ -1,24 +1,98 @@
 """Eligibility of a matched all-reduce for AllReduceFusionPass (arfusion.torch.compile): which
 communicator of the pass it runs on (the process group's ranks, or the pass's group_map), and
-whether arfusion's own planner (arfPlanShape on that communicator) takes the shape, so that every
-rank decides identically. A refusal is _NoMatch with the reason.
+whether arfusion's own planner takes the shape, so that every rank decides identically. A refusal is
+_NoMatch with the reason.
+
+The planner is arfPlanShape on a live Communicator, or arfPlanFromFacts for a CommunicatorFacts (a
+communicator described by its facts: no GPU, no communicator needed; the same decisions as
+arfPlanShape on a communicator with those facts and no tuning table).
 """
 
 from __future__ import annotations
+
+import torch
 
 import arfusion as _arf
 from arfusion._lib import ArfError
 
 from . import ops as _ops
-from ._comm import Communicator, get_communicator
-from ._match import _C10D_AR, _C10D_WAIT, _NoMatch, _is_call, _op
+from ._comm import TORCH_TO_ARF_DTYPE, Communicator, get_communicator
+from ._match import _NoMatch
 
-# ---- the all-reduce and its communicator ---------------------------------------------------------
+# ---- a communicator described by its facts -------------------------------------------------------
 
 
-def _comm_for_group(group_name: str, comms, group_map: dict) -> Communicator:
+class CommunicatorFacts:
+    """A communicator as the compile pass sees it, without creating one: its registry name, its
+    activation dtype, the global ranks of its process group and the facts its planner decides from
+    (arfPlanFacts_t). The pass plans with arfPlanFromFacts and names ``name`` in the fused ops it
+    inserts, so wherever the compiled graph runs, a Communicator of that name with these facts must
+    exist (``Communicator.from_group(..., name=name)``; ``CommunicatorFacts.of(comm)`` copies a live
+    one's facts). For compiling where no communicator exists (no GPU), and for the pass's tests.
+
+    ranks: the global ranks of the torch.distributed group whose all-reduces it replaces (None:
+    unknown, matched by world size as for Communicator.from_nccl).
+    """
+
+    alive = True  # nothing to destroy: always usable by the pass
+
+    def __init__(self, name: str, *, world_size: int, max_tokens: int, max_hidden: int,
+                 dtype: torch.dtype = torch.bfloat16, ranks: list[int] | None = None,
+                 oneshot_max_tokens: int = 0, sm_count: int = 132, ranks_per_device: int = 1,
+                 nccl: bool = False):
+        if dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError(f"arfusion: activation dtype must be bf16 or fp16, not {dtype}")
+        self.name = name
+        self.dtype = dtype
+        self.world_size = int(world_size)
+        self.max_tokens = int(max_tokens)
+        self.max_hidden = int(max_hidden)
+        self.ranks = list(ranks) if ranks is not None else None
+        self._facts = _arf.plan_facts(world_size=self.world_size, dtype=int(TORCH_TO_ARF_DTYPE[dtype]),
+                                      max_tokens=self.max_tokens, max_hidden=self.max_hidden,
+                                      oneshot_max_tokens=int(oneshot_max_tokens),
+                                      sm_count=int(sm_count), ranks_per_device=int(ranks_per_device),
+                                      nccl=int(bool(nccl)))
+
+    @classmethod
+    def of(cls, comm: Communicator) -> "CommunicatorFacts":
+        """The facts of a live communicator (its name, dtype, ranks and planner facts)."""
+        f = comm.plan_facts()
+        return cls(comm.name, world_size=f["world_size"], max_tokens=f["max_tokens"],
+                   max_hidden=f["max_hidden"], dtype=comm.dtype, ranks=getattr(comm, "ranks", None),
+                   oneshot_max_tokens=f["oneshot_max_tokens"], sm_count=f["sm_count"],
+                   ranks_per_device=f["ranks_per_device"], nccl=bool(f["nccl"]))
+
+    def plan_facts(self) -> dict:
+        f = self._facts
+        return {name: getattr(f, name) for name, *_ in f._fields_
+                if name not in ("struct_size", "version")}
+
+    def plan_shape(self, args) -> _arf.Plan:
+        return _arf.plan_from_facts(self._facts, args)
+
+    def __repr__(self) -> str:
+        return (f"CommunicatorFacts({self.name!r}, world_size={self.world_size}, "
+                f"dtype={self.dtype}, ranks={self.ranks}, max_tokens={self.max_tokens})")
+
+
+# ---- the all-reduce's communicator ---------------------------------------------------------------
+
+
+def _lookup(name: str, comms):
+    """A communicator of the pass by name (CommunicatorFacts included), else the registry's."""
+    for c in comms:
+        if c.name == name:
+            return c
+    return get_communicator(name)
+
+
+def comm_for_c10d_group(group_name: str, comms, group_map: dict):
+    """The pass's communicator for a torch.distributed process group: group_map's entry, else the
+    one whose global ranks equal the group's (or the only one of that world size whose ranks are
+    unknown)."""
     if group_name in group_map:
-        return get_communicator(group_map[group_name])
+        return _lookup(group_map[group_name], comms)
     try:
         import torch.distributed as dist
         from torch.distributed.distributed_c10d import _resolve_process_group
@@ -39,53 +113,46 @@ def _comm_for_group(group_name: str, comms, group_map: dict) -> Communicator:
                    + ", ".join(f"{c.name}={getattr(c, 'ranks', None)}" for c in comms) + ")")
 
 
-def _all_reduce_source(n, comms, group_map: dict):
-    """(input node, value node, nodes to erase, communicator) when n is an all-reduce."""
-    if _is_call(n, *_C10D_AR):
-        x = n.args[0]
-        reduce_op = n.args[1] if len(n.args) > 1 else n.kwargs.get("reduceOp")
-        group = n.args[2] if len(n.args) > 2 else n.kwargs.get("group_name")
-        waits = list(n.users)
-        if len(waits) != 1 or not _is_call(waits[0], *_C10D_WAIT):
-            raise _NoMatch("the all_reduce is not followed by exactly one wait_tensor")
-        if str(reduce_op).lower() != "sum":
-            raise _NoMatch(f"reduce op {reduce_op!r} is not sum")
-        return x, waits[0], [waits[0], n], _comm_for_group(str(group), comms, group_map)
-    vllm_ar = _op("vllm", "all_reduce")
-    if vllm_ar is not None and _is_call(n, vllm_ar):
-        group = n.args[1] if len(n.args) > 1 else n.kwargs.get("group_name")
-        if str(group) in group_map:
-            comm = get_communicator(group_map[str(group)])
-        elif len(comms) == 1:
-            comm = comms[0]
-        else:
-            raise _NoMatch(f"torch.ops.vllm.all_reduce group {group!r}: several "
-                           "communicators and no group_map entry")
-        return n.args[0], n, [n], comm
-    arf_ar = _op("arfusion", "all_reduce")
-    if arf_ar is not None and _is_call(n, arf_ar):
-        return n.args[0], n, [n], get_communicator(n.args[1])
-    return None
+def comm_for_engine_group(label: str, group, comms, group_map: dict):
+    """The pass's communicator for an engine's all-reduce op naming its own group (vLLM's and
+    SGLang's GroupCoordinator.unique_name, e.g. "tp:0"; None for ops that name none): group_map's
+    entry, else the pass's only communicator."""
+    if group is not None and str(group) in group_map:
+        return _lookup(group_map[str(group)], comms)
+    if len(comms) == 1:
+        return comms[0]
+    if group is None:
+        raise _NoMatch(f"{label} names no group: with several communicators the pass cannot tell "
+                       "which one it reduces over (it fuses it with a single communicator)")
+    raise _NoMatch(f"{label} group {group!r}: the pass has several communicators and group_map "
+                   "has no entry for it")
 
 
 # ---- the planner ---------------------------------------------------------------------------------
 
 
-def _check_plan(comm, pattern, hidden, rows, weight_dtype, norm, algorithm: str,
-                assume_max_tokens: bool, scale_rule: str = "divide"):
-    """_NoMatch unless arfPlanShape accepts the call (with the scale rule the fused op will get)
-    at its row count; a symbolic count at both ends of its range (the upper end comm.max_tokens
-    only under assume_max_tokens)."""
+def _shape_args(comm, pattern, hidden, rows, weight_dtype, norm, algorithm, scale_rule):
+    act = TORCH_TO_ARF_DTYPE[comm.dtype]
+    gdt = TORCH_TO_ARF_DTYPE[weight_dtype] if weight_dtype is not None else act
+    return _arf.fused_args(pattern=int(pattern), algorithm=_ops.algorithm_value(algorithm),
+                           dtype=int(act), num_tokens=int(rows), hidden=int(hidden),
+                           gamma_dtype=int(gdt), gamma_plus_one=int(bool(norm.gamma_plus_one)),
+                           eps=float(norm.eps),
+                           norm_rounding=_ops.norm_rounding_value(norm.rounding),
+                           scale_rule=_ops.scale_rule_value(scale_rule))
+
+
+def check_plan(comm, pattern, hidden, rows, weight_dtype, norm, algorithm: str,
+               assume_max_tokens: bool, scale_rule: str = "divide"):
+    """_NoMatch unless the planner accepts the call (with the scale rule the fused op will get) at
+    its row count; a symbolic count at both ends of its range (the upper end comm.max_tokens only
+    under assume_max_tokens)."""
     def plan_at(t):
-        args = comm.shape_args(int(pattern), hidden, int(t), gamma_dtype=weight_dtype,
-                               gamma_plus_one=norm.gamma_plus_one, eps=norm.eps,
-                               norm_rounding=_ops.norm_rounding_value(norm.rounding),
-                               algorithm=_ops.algorithm_value(algorithm),
-                               scale_rule=_ops.scale_rule_value(scale_rule))
+        args = _shape_args(comm, pattern, hidden, t, weight_dtype, norm, algorithm, scale_rule)
         try:
             return comm.plan_shape(args)
         except ArfError as e:
-            raise _NoMatch(f"arfPlanShape refuses T={t}, H={hidden} "
+            raise _NoMatch(f"the planner refuses T={t}, H={hidden} "
                            f"({_arf.pattern_name(pattern)}): {e.status}: {e.message}") from None
 
     if isinstance(rows, int):

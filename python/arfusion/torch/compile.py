@@ -8,56 +8,69 @@ cache keys on it)::
     model = torch.compile(model, options={"post_grad_custom_post_pass": p})
     # or: torch.compile(model, options=compile_options(comm))
     ...
-    print(p.stats.summary())                 # matched / replaced / why not, per graph
+    print(p.stats.summary())                 # per all-reduce: fused, or why not
 
-What it looks for, starting from every all-reduce node of the post-grad graph (a walk over users,
-not one fixed pattern, so small variations still match):
+What it looks for, starting from every all-reduce of the post-grad graph (a walk over users, not
+one fixed pattern, so small variations still match):
 
-  all-reduce  torch.ops._c10d_functional.all_reduce(x, "sum", group) + wait_tensor (what Dynamo
-              makes of torch.distributed.all_reduce and funcol.all_reduce), torch.ops.vllm.
-              all_reduce(x, group) when vLLM is loaded, torch.ops.arfusion.all_reduce(x, comm)
+  all-reduce  every op that is or may hide an all-reduce is counted (_collectives.py lists them:
+              torch's functional and symmetric-memory forms, vLLM's and SGLang's ops, in place or
+              not, arfusion's own); the ones that sum a whole tensor over a known group are fused
+  views       reshape / view between the all-reduce and the add that keep rows of [hidden]
+              elements (an MoE block's [B*S, H] sum viewed as [B, S, H]; no-op views): the fused
+              op runs in the viewed shape
   residual    add(ar, residual) / add(residual, ar) in the activation dtype; or none (first layer:
               the norm reads the all-reduce itself; the fused op's residual_out is the all-reduce)
   RMSNorm     aten._fused_rms_norm / aten.rms_norm, or the decomposed fp32 chain
-              convert(f32) -> pow 2 | mul x*x -> mean(-1, keepdim) -> add eps -> rsqrt -> mul, then
+              convert(f32) -> pow 2 | mul x*x -> mean(-1, keepdim) -> add eps -> rsqrt | pow -0.5
+              -> mul, then
                 * weight in fp32 -> convert      (F.rms_norm, nn.RMSNorm, fp32 weights: norm_rounding
                                                   "once")
                 * (1 + weight.float()) -> convert  (Gemma: gamma_plus_one, "once")
                 convert -> * weight               (Hugging Face LlamaRMSNorm `weight * x.to(dtype)`:
                                                   "before_weight")
                 convert (no weight)               (a ones weight, "once")
-  FP8 tails   after the norm, in plain torch: static per-tensor (x.float() / scale).clamp(-448, 448)
-              .to(float8_e4m3fn); per-token and per-group 1x128 with scale = clamp_min(amax / 448,
-              1 / (448 * 512)) and q = (x / scale).clamp(-448, 448).to(float8_e4m3fn) (anything
-              else is left unfused and reported). torch on a GPU evaluates `amax / 448.0` (a
-              Python-number divisor) as amax * fp32(1/448), eager and Inductor alike, which
-              differs from the IEEE quotient in about 40% of scales: the fused op is called with
-              scale_rule="times_reciprocal" (arfFp8ScaleTimesReciprocal), which computes exactly
-              that, so fusion leaves the scales torch would have computed, and q = e4m3(x / scale)
-              (IEEE) follows from them as in eager torch (rows or groups holding a NaN excepted:
-              arfusion's amax ignores NaN elements, torch's propagates them). When only the tail
-              reads the rounded norm, Inductor folds its round trip through bf16 and quantizes the
-              unrounded fp32 value, which arfusion does not do: that form is left unfused
+  FP8 tails   after the rounded norm (_match_quant.py): static per-tensor, per-token and per-group
+              1x128 in the forms whose bits arfusion reproduces (scale = clamp_min(amax / 448,
+              1/(448*512)) with amax over the fp32 or the bf16 norm, groups by any view with 128
+              last); torch on a GPU evaluates `amax / 448.0` as amax * fp32(1/448), so the fused op
+              is called with scale_rule="times_reciprocal". Any other FP8 tail stays unfused, with
+              the step that differs in the note (x * scale.reciprocal(), 448 / amax, another floor)
 
-Eligibility is arfusion's own planner (arfPlanShape on the communicator: world size, dtype,
-hidden, token count, quantization block rules), so every rank decides identically. A dynamic
-token count must have a known upper bound (torch._dynamo.mark_dynamic(t, 0, max=...)), or pass
-assume_max_tokens=True to promise that no call exceeds the communicator's max_tokens (a call that
-does raises ArfError; it never computes wrong numbers).
+Forms fused on request or refused, each with the real cause (_residual_forms.py): a residual add in
+fp32 with the norm reading the unrounded sum (vLLM's native RMSNorm, the conversion explicit or
+implicit in the add) fuses with fp32_residual_add=True (the norm then reads the rounded sum); a bias
+or another tensor added to the sum before the residual add, a residual multiplier and an fp32
+residual stream are refused (the fused op adds one addend, the residual, to the rounded sum).
 
-Every decision is counted in ``pass.stats`` (FusionStats: graphs, all-reduces seen, matched,
-replaced, per-kind counts, and the reason for every all-reduce left alone) and logged on the
-"arfusion.compile" logger: a pass that silently applies nowhere is the failure mode this avoids.
+Two forms fuse less than the whole site, with a note saying so:
+  * post-norm sites (all-reduce -> norm -> residual add [-> norm]: Gemma 2/3's sandwich, OLMo 2):
+    the all-reduce and its norm fuse as a first-layer call; the add and the next norm stay
+    separate kernels (post_norm="first_layer"; "off" leaves them alone);
+  * a norm that only an fp32 reader follows unrounded (torch 2.10's Inductor folds fp32 -> bf16 ->
+    fp32 when an FP8 tail alone reads the rounded norm): the all-reduce and the residual add fuse,
+    and the fp32 norm and its reader keep reading the fused op's residual, as before.
 
-This module holds the pass (matching, planning and rewriting in turn) and its stats; the steps
-live in _match.py (the graph forms above), _eligibility.py (the communicator and arfPlanShape)
-and _rewrite.py (the fused node and its metadata).
+Eligibility is arfusion's own planner (arfPlanShape on the communicator, or arfPlanFromFacts for a
+CommunicatorFacts: world size, dtype, hidden, token count, quantization block rules), so every rank
+decides identically. A dynamic token count must have a known upper bound
+(torch._dynamo.mark_dynamic(t, 0, max=...)), or pass assume_max_tokens=True to promise that no call
+exceeds the communicator's max_tokens (a call that does raises ArfError; it never computes wrong
+numbers).
+
+Every decision is counted in ``pass.stats`` (FusionStats: graphs, graphs without any all-reduce,
+all-reduces seen, matched, replaced, per-kind counts, the reason for every all-reduce left alone)
+and logged on the "arfusion.compile" logger: a WARNING for a graph whose all-reduces are not all
+fused, and for the first graph without any all-reduce while the pass has met none (a pass that
+silently applies nowhere is the failure mode this avoids).
+
+This module holds the pass (finding, matching, planning and rewriting in turn); the steps live in
+_collectives.py, _match.py, _residual_forms.py, _match_quant.py, _eligibility.py and _rewrite.py,
+the counts in _stats.py.
 """
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 import hashlib
 import logging
 import os
@@ -70,61 +83,22 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from arfusion._lib import Pattern
 
 from . import ops as _ops
+from ._collectives import find_all_reduces
 from ._comm import ACTIVATION_DTYPES, Communicator, registered_communicators
-from ._eligibility import _all_reduce_source, _check_plan
-from ._match import (_C10D_AR, _NoMatch, _dtype, _has_fp8_consumer, _is_call, _match_quant,
-                     _match_residual_norm, _targets, _val)
-from ._rewrite import _insert_fused
+from ._eligibility import (CommunicatorFacts, _lookup, check_plan, comm_for_c10d_group,
+                           comm_for_engine_group)
+from ._graph import NoMatch, dtype, numel, val
+from ._match import match_site
+from ._match_quant import match_quant, opaque_quant_readers
+from ._rewrite import insert_fused
+from ._stats import FusionStats
 
 log = logging.getLogger("arfusion.compile")
 
-
-# ---- stats ---------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class FusionStats:
-    """What the pass did. ``rejected`` holds (all-reduce node, reason) for every all-reduce it saw
-    and left alone; ``notes`` holds remarks on replaced patterns (e.g. a quantization tail that
-    stayed unfused)."""
-
-    graphs: int = 0
-    all_reduces: int = 0
-    matched: int = 0
-    replaced: int = 0
-    kinds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    rejected: list = dataclasses.field(default_factory=list)
-    notes: list = dataclasses.field(default_factory=list)
-
-    def merge(self, other: "FusionStats") -> None:
-        self.graphs += other.graphs
-        self.all_reduces += other.all_reduces
-        self.matched += other.matched
-        self.replaced += other.replaced
-        self.kinds.update(other.kinds)
-        self.rejected.extend(other.rejected)
-        self.notes.extend(other.notes)
-
-    def summary(self) -> str:
-        lines = [f"arfusion pass: {self.graphs} graph(s), {self.all_reduces} all-reduce(s), "
-                 f"{self.matched} matched, {self.replaced} replaced"]
-        for kind, n in sorted(self.kinds.items()):
-            lines.append(f"  replaced {n} x {kind}")
-        for node, reason in self.rejected:
-            lines.append(f"  not replaced: {node}: {reason}")
-        for note in self.notes:
-            lines.append(f"  note: {note}")
-        if self.graphs == 0:
-            lines.append("  note: the pass has not run in this process: nothing compiled yet, or every "
-                         "graph came from Inductor's FX graph cache (a cached graph is the one the pass "
-                         "produced when it was compiled; the pass is not run again and counts nothing)")
-        return "\n".join(lines)
-
-
-# ---- the pass ------------------------------------------------------------------------------------
-
 # Every file of the pass: uuid() hashes them, so the FX graph cache keys on the pass's code.
-_SOURCES = ("compile.py", "_match.py", "_eligibility.py", "_rewrite.py", "ops.py", "_comm.py")
+_SOURCES = ("compile.py", "_collectives.py", "_graph.py", "_match.py", "_residual_forms.py",
+            "_match_quant.py", "_eligibility.py", "_rewrite.py", "_stats.py", "ops.py", "_comm.py")
+_POST_NORM = ("first_layer", "off")
 
 
 def _source_files() -> tuple:
@@ -136,16 +110,19 @@ class AllReduceFusionPass(CustomGraphPass):
     """Inductor post-grad pass replacing all-reduce + residual add + RMSNorm (+ FP8 tail) with
     ``torch.ops.arfusion.fused_add_rms_norm_out`` / ``fused_add_rms_norm_quant``.
 
-    communicators: a Communicator, a registry name, or a list of them (default: every
-        communicator registered when the pass is made). A c10d all-reduce is mapped to the
-        communicator whose ranks equal its process group's; ``group_map`` ({group name: registry
-        name}) overrides (needed for torch.ops.vllm.all_reduce with several communicators).
+    communicators: a Communicator, a registry name, a CommunicatorFacts, or a list of them
+        (default: every communicator registered when the pass is made). A c10d all-reduce is
+        mapped to the communicator whose ranks equal its process group's; ``group_map`` ({group
+        name: communicator name}) overrides (needed for engines' all-reduce ops, which name their
+        own groups, when the pass has several communicators).
     quant: also fuse recognised FP8 tails (default True).
     assume_max_tokens: fuse dynamic token counts without a known upper bound, promising calls
         stay within max_tokens (see the module docstring).
-    fp32_residual_add: also match vLLM's native form, where the residual add runs in fp32 and the
-        norm reads the unrounded fp32 sum (arfusion normalizes the rounded residual: results can
-        differ by rounding). Off by default.
+    fp32_residual_add: also fuse the native form of vLLM / SGLang, where the residual add runs in
+        fp32 and the norm reads the unrounded fp32 sum (arfusion normalizes the rounded residual:
+        results can differ by rounding). Off by default.
+    post_norm: "first_layer" (default): an all-reduce -> norm -> residual add site fuses the
+        all-reduce and its norm (the add and any next norm stay unfused, noted); "off": left alone.
     then: a pass (callable on the graph) to run after this one, e.g. a previously configured
         post_grad_custom_post_pass (its uuid joins ours).
     algorithm: forced algorithm name for the replacements (default "auto").
@@ -153,21 +130,26 @@ class AllReduceFusionPass(CustomGraphPass):
 
     def __init__(self, communicators=None, *, quant: bool = True, assume_max_tokens: bool = False,
                  fp32_residual_add: bool = False, group_map: dict | None = None,
-                 then=None, algorithm: str = "auto"):
+                 post_norm: str = "first_layer", then=None, algorithm: str = "auto"):
         if communicators is None:
-            names = sorted(registered_communicators())
-        elif isinstance(communicators, (str, Communicator)):
-            names = [communicators if isinstance(communicators, str) else communicators.name]
-        else:
-            names = [c if isinstance(c, str) else c.name for c in communicators]
-        if not names:
+            communicators = sorted(registered_communicators())
+        elif isinstance(communicators, (str, Communicator, CommunicatorFacts)):
+            communicators = [communicators]
+        self._entries = []  # names of live communicators, or CommunicatorFacts
+        for c in communicators:
+            self._entries.append(c.name if isinstance(c, Communicator) else c)
+        if not self._entries:
             raise ValueError("arfusion: AllReduceFusionPass needs at least one communicator "
-                             "(create one with Communicator.from_group first)")
-        self.comm_names = names
+                             "(create one with Communicator.from_group first, or describe one "
+                             "with CommunicatorFacts)")
+        if post_norm not in _POST_NORM:
+            raise ValueError(f"arfusion: post_norm must be one of {_POST_NORM}, not {post_norm!r}")
+        self.comm_names = [e if isinstance(e, str) else e.name for e in self._entries]
         self.quant = quant
         self.assume_max_tokens = assume_max_tokens
         self.fp32_residual_add = fp32_residual_add
         self.group_map = dict(group_map or {})
+        self.post_norm = post_norm
         self.then = then
         self.algorithm = algorithm
         _ops.algorithm_value(algorithm)
@@ -180,17 +162,17 @@ class AllReduceFusionPass(CustomGraphPass):
         for path in _source_files():
             with open(path, "rb") as f:
                 h.update(f.read())
-        for name in self.comm_names:
-            h.update(name.encode())
-            comm = registered_communicators().get(name)
+        for entry in self._entries:
+            comm = registered_communicators().get(entry) if isinstance(entry, str) else entry
+            h.update((entry if isinstance(entry, str) else entry.name).encode())
             if comm is not None:
-                facts = comm.plan_facts()
-                h.update(repr(sorted(facts.items())).encode())
-                h.update(repr(getattr(comm, "ranks", None)).encode())
+                h.update(repr(sorted(comm.plan_facts().items())).encode())
+                h.update(repr((getattr(comm, "ranks", None), str(comm.dtype))).encode())
             else:
                 h.update(b"<absent>")
         h.update(repr((self.quant, self.assume_max_tokens, self.fp32_residual_add,
-                       sorted(self.group_map.items()), self.algorithm)).encode())
+                       sorted(self.group_map.items()), self.post_norm,
+                       self.algorithm)).encode())
         if self.then is not None:
             then_uuid = self.then.uuid() if hasattr(self.then, "uuid") else None
             if then_uuid is None:
@@ -201,52 +183,71 @@ class AllReduceFusionPass(CustomGraphPass):
     # -- entry point --
     def __call__(self, graph: fx.Graph) -> None:
         stats = FusionStats(graphs=1)
+        met_before = self.stats.all_reduces
         try:
             self._run(graph, stats)
         finally:
             self.history.append(stats)
             self.stats.merge(stats)
-            level = logging.INFO if stats.replaced or not stats.all_reduces else logging.WARNING
             if stats.all_reduces:
-                log.log(level, "%s", stats.summary())
+                fused_all = stats.replaced + len(stats.prefused) == stats.all_reduces
+                log.log(logging.INFO if fused_all else logging.WARNING, "%s", stats.summary())
+            elif met_before == 0 and self.stats.graphs_without_all_reduce == 1:
+                log.warning("arfusion pass: a graph without any all-reduce, and none met so far: "
+                            "if the model is tensor-parallel, its all-reduces are outside the "
+                            "compiled graphs (e.g. split off as piecewise-graph boundaries) or in "
+                            "ops that hide them")
+            else:
+                log.info("arfusion pass: a graph without any all-reduce (%d so far)",
+                         self.stats.graphs_without_all_reduce)
         if self.then is not None:
             self.then(graph)
 
     # -- communicator resolution --
-    def _comms(self) -> list[Communicator]:
+    def _comms(self) -> list:
         out = []
-        for name in self.comm_names:
-            c = registered_communicators().get(name)
+        for entry in self._entries:
+            c = registered_communicators().get(entry) if isinstance(entry, str) else entry
             if c is not None and c.alive:
                 out.append(c)
         return out
 
     def _run(self, graph: fx.Graph, stats: FusionStats) -> None:
+        sites = find_all_reduces(graph)
+        stats.all_reduces = len(sites)
+        if not sites:
+            stats.graphs_without_all_reduce = 1
+            return
         comms = self._comms()
-        candidates = []
-        for n in list(graph.nodes):
-            if _is_call(n, *_C10D_AR) or _is_call(n, *_targets(("vllm", "all_reduce"),
-                                                                 ("arfusion", "all_reduce"))):
-                candidates.append(n)
-        stats.all_reduces = len(candidates)
-        if not candidates:
-            return
-        if not comms:
-            for n in candidates:
-                stats.rejected.append((n.name, "no live communicator among "
-                                       f"{self.comm_names} in this process"))
-            return
         changed = False
-        self._erase_after_dce = []
-        for n in candidates:
+        erase = []
+        for site in sites:
+            name = site.node.name
+            if site.prefused:
+                stats.prefused.append((name, site.label))
+                stats.sites.append((name, site.label, "already fused"))
+                continue
             try:
-                done = self._try_fuse(graph, n, comms, stats)
-                changed = changed or done
-            except _NoMatch as e:
-                stats.rejected.append((n.name, str(e)))
+                if site.refusal is not None:
+                    raise NoMatch(site.refusal)
+                if not comms:
+                    raise NoMatch(f"no live communicator among {self.comm_names} in this process")
+                kind = self._try_fuse(graph, site, comms, stats)
+                changed = True
+                erase.extend(site.erase)
+                stats.sites.append((name, site.label, f"fused {kind}"))
+            except NoMatch as e:
+                reason = f"{site.label}: {e}"
+                stats.rejected.append((name, reason))
+                stats.sites.append((name, site.label, f"left: {e}"))
         if changed:
             graph.eliminate_dead_code()
-            for node in self._erase_after_dce:  # in order: wait_tensor, then all_reduce
+            # in order: the value's reader (wait_tensor / getitem), then the op: side-effecting
+            # nodes that dead-code elimination alone keeps, and the collective would still run
+            alive = set(graph.nodes)
+            for node in erase:
+                if node not in alive:
+                    continue  # dead-code elimination took it already
                 if node.users:
                     stats.notes.append(f"{node.name}: still used after the fusion; kept")
                 else:
@@ -254,72 +255,97 @@ class AllReduceFusionPass(CustomGraphPass):
             graph.eliminate_dead_code()
             graph.lint()
 
+    def _comm_of(self, site, comms):
+        kind = site.group_kind
+        if kind == "c10d":
+            group = site.group
+            name = group if isinstance(group, str) else getattr(group, "group_name", group)
+            return comm_for_c10d_group(str(name), comms, self.group_map)
+        if kind == "ranks":
+            hits = [c for c in comms if getattr(c, "ranks", None) == list(site.group or [])]
+            if len(hits) != 1:
+                raise NoMatch(f"no communicator of the pass has the ranks {site.group}")
+            return hits[0]
+        if kind == "arfusion":
+            return _lookup(str(site.group), comms)
+        return comm_for_engine_group(site.label, site.group, comms, self.group_map)
+
     # -- one all-reduce --
-    def _try_fuse(self, graph, ar_node, comms, stats) -> bool:
-        src = _all_reduce_source(ar_node, comms, self.group_map)
-        if src is None:
-            raise _NoMatch("not an all-reduce form the pass knows")
-        x, ar_val, ar_nodes, comm = src
-        xv = _val(x)
+    def _try_fuse(self, graph, site, comms, stats) -> str:
+        comm = self._comm_of(site, comms)
+        x = site.input
+        xv = val(x)
         if not isinstance(xv, torch.Tensor):
-            raise _NoMatch("the all-reduce input has no tensor metadata")
+            raise NoMatch("the all-reduce input has no tensor metadata")
         act = xv.dtype
         if act not in ACTIVATION_DTYPES:
-            raise _NoMatch(f"dtype {act} (arfusion fuses bf16/fp16)")
+            raise NoMatch(f"dtype {act} (arfusion fuses bf16/fp16)")
         if act != comm.dtype:
-            raise _NoMatch(f"dtype {act} differs from communicator {comm.name!r}'s {comm.dtype}")
+            raise NoMatch(f"dtype {act} differs from communicator {comm.name!r}'s {comm.dtype}")
         if xv.dim() < 1:
-            raise _NoMatch("0-d all-reduce")
+            raise NoMatch("0-d all-reduce")
         hidden = xv.shape[-1]
         if not isinstance(hidden, int):
-            raise _NoMatch("the hidden size is symbolic")
-        shape = tuple(xv.shape)
+            raise NoMatch("the hidden size is symbolic")
 
-        # residual add, or the first-layer form (norm reads the all-reduce)
         order = {node: i for i, node in enumerate(graph.nodes)}
-        norm, residual, y, form = _match_residual_norm(ar_val, hidden, act, shape,
-                                                       self.fp32_residual_add, order)
+        m = match_site(site.value, hidden, act, self.fp32_residual_add, order)
         stats.matched += 1
-        if form in ("residual", "fp32_residual") and len(ar_val.users) > 1:
-            raise _NoMatch("the all-reduce result has users besides the residual add "
-                           f"({', '.join(u.name for u in ar_val.users if u is not y)})")
+        norm = m.norm
+        if m.post_norm is not None and self.post_norm == "off":
+            raise NoMatch(f"a {m.post_norm} site (all-reduce -> norm -> residual add) is left "
+                          "alone: post_norm='off'")
+        rows = numel(m.shape[:-1])
+        weight_dtype = dtype(norm.weight) if norm.weight is not None else act
 
         # quantization tail
-        quant = None
-        if self.quant:
+        quant, quant_note = None, None
+        if self.quant and norm.out is not None:
             try:
-                quant = _match_quant(norm.out, hidden, shape[:-1])
-            except _NoMatch:
-                quant = None
-        weight_dtype = _dtype(norm.weight) if norm.weight is not None else act
-        rows = 1
-        for d in shape[:-1]:
-            rows = rows * d
+                quant = match_quant(norm.out, hidden)
+            except NoMatch as e:
+                if str(e) != "no FP8 tail":
+                    quant_note = f"an FP8 tail follows the norm but stays unfused: {e}"
         if quant is not None:
             try:
-                _check_plan(comm, _ops.quant_pattern(quant.kind), hidden, rows, weight_dtype, norm,
-                            self.algorithm, self.assume_max_tokens, quant.scale_rule)
-            except _NoMatch as e:
-                stats.notes.append(f"{ar_node.name}: {quant.kind} tail left unfused: {e}")
+                check_plan(comm, _ops.quant_pattern(quant.kind), hidden, rows, weight_dtype, norm,
+                           self.algorithm, self.assume_max_tokens, quant.scale_rule)
+            except NoMatch as e:
+                quant_note = f"{quant.kind} tail left unfused: {e}"
                 quant = None
         if quant is None:
-            _check_plan(comm, Pattern.ResidualRmsNorm, hidden, rows, weight_dtype, norm,
-                        self.algorithm, self.assume_max_tokens)
-        fp8_left = self.quant and quant is None and _has_fp8_consumer(norm.out)
+            check_plan(comm, Pattern.ResidualRmsNorm, hidden, rows, weight_dtype, norm,
+                       self.algorithm, self.assume_max_tokens)
 
-        # the fused op in place of the matched nodes
-        _insert_fused(graph, x, xv, act, hidden, residual, y, norm, quant, comm, self.algorithm)
+        opaque = opaque_quant_readers(norm.out) if norm.out is not None else []
+        insert_fused(graph, x, m, quant, comm, self.algorithm)
 
-        # The unfused all-reduce goes once the dead chain is gone (wait_tensor is side-effecting:
-        # dead-code elimination alone would keep it, and the collective would still run).
-        self._erase_after_dce.extend(ar_nodes)
+        node = site.node.name
         stats.replaced += 1
-        kind = f"{form}/{norm.form}/{norm.rounding}" + (f"+{quant.kind}" if quant else "")
+        kind = f"{m.form}/{norm.form}/{norm.rounding}"
+        if m.post_norm:
+            kind = f"{m.form}[{m.post_norm}]/{norm.form}/{norm.rounding}"
+            stats.notes.append(f"{node}: a {m.post_norm} site (all-reduce -> norm -> residual add"
+                               f"{' -> norm' if m.post_norm == 'sandwich' else ''}): the "
+                               "all-reduce and its norm are fused as a first-layer call; the "
+                               "residual add and the next norm stay separate kernels")
+        if m.views:
+            kind += "+view"
+        if norm.out is None:
+            kind += "+add_only"
+            stats.notes.append(f"{node}: the norm is read unrounded in fp32 (by "
+                               f"{norm.unrounded_reader}: Inductor removed its round trip through "
+                               f"{act}): only the all-reduce and the residual add are fused; the "
+                               "norm and its reader stay separate kernels")
+        if quant is not None:
+            kind += f"+{quant.kind}"
         stats.kinds[kind] += 1
-        if fp8_left:
-            stats.notes.append(f"{ar_node.name}: an FP8 conversion follows the norm but not in "
-                               "arfusion's form; it stays unfused")
-        return True
+        if quant_note:
+            stats.notes.append(f"{node}: {quant_note}")
+        for op_name in opaque:
+            stats.notes.append(f"{node}: the norm is read by {op_name}, an opaque quantization op: "
+                               "the norm is fused, the quantization stays a separate kernel")
+        return kind
 
 
 def compile_options(communicators=None, **pass_options) -> dict:
@@ -333,4 +359,4 @@ def compile_options(communicators=None, **pass_options) -> dict:
     return {"post_grad_custom_post_pass": AllReduceFusionPass(communicators, **pass_options)}
 
 
-__all__ = ["AllReduceFusionPass", "FusionStats", "compile_options"]
+__all__ = ["AllReduceFusionPass", "CommunicatorFacts", "FusionStats", "compile_options"]
