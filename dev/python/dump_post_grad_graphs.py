@@ -240,6 +240,35 @@ def main() -> int:
             lambda x, r: (lambda s: (*fp8_per_group(F.rms_norm(s, (H,), w, eps)), s))(ar(x) + r), 2)
         v["gemma_fp8_per_token"] = (lambda x, r: (lambda s: (*fp8_per_token(gemma(s)), s))(ar(x) + r), 2)
 
+        # forms real models and engines write (what the pass fuses or explains; see its CPU tests)
+        T = args.tokens
+        v["moe_reshape_llama"] = (
+            lambda x, r: (lambda s: (llama(s), s))(r.view(2, T // 2, H) + ar(x).reshape(2, T // 2, H)), 2)
+
+        def llama_pow(s):
+            h = s.float()
+            h = h * torch.pow(h.pow(2).mean(-1, keepdim=True) + eps, -0.5)
+            return llama.weight * h.to(s.dtype)
+
+        v["llama_pow_minus_half"] = (lambda x, r: (lambda s: (llama_pow(s), s))(ar(x) + r), 2)
+
+        def vllm_native(x, r):  # vLLM RMSNorm.forward_static: the residual promoted by the add
+            h = ar(x).to(torch.float32)
+            h = h + r
+            res = h.to(x.dtype)
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+            return h.to(x.dtype) * w, res
+
+        v["vllm_native_fp32_residual"] = (vllm_native, 2)
+
+        def vllm_quant_native(y):  # vLLM QuantFP8.forward_native, per token
+            x_max, _ = y.abs().max(dim=-1)
+            sc = (x_max.unsqueeze(-1).to(torch.float32) / 448.0).clamp(min=1.0 / (448.0 * 512.0))
+            return (y.to(torch.float32) * sc.reciprocal()).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), sc
+
+        v["llama_vllm_quant_native"] = (lambda x, r: (lambda s: (*vllm_quant_native(llama(s)), s))(ar(x) + r), 2)
+        v["gemma_sandwich"] = (lambda x, r: (lambda h: (lambda s: (gemma(s), s))(r + h))(gemma(ar(x))), 2)
+
         # two layers back to back (the residual flows from one pattern into the next)
         def two_layers(x, r):
             s1 = ar(lin(x)) + r
