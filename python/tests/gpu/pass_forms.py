@@ -274,15 +274,22 @@ def main():
             # numerics: tensors of activation dtype within 1 ulp (residuals exact), fp8 exact
             got = got if isinstance(got, tuple) else (got,)
             want = want if isinstance(want, tuple) else (want,)
-            if mode == "q_only":  # the norm is not an output: q and scales may follow it by 1 ulp
-                agree = float((got[0].view(torch.uint8) == want[0].view(torch.uint8)).float().mean())
-                if agree < 0.99:
-                    problems.append(f"q only: {agree:.4f} of the q bytes agree with eager")
+            if mode == "q_only":
+                # the norm is not an output and may differ from eager's by 1 ulp, and a row's scale
+                # with it: the dequantized values agree within one e4m3 step
+                dq_got = got[0].float() * got[1].float()
+                dq_want = want[0].float() * want[1].float()
+                bound = 0.125 * dq_want.abs() + 2 * want[1].float()
+                if not bool(((dq_got - dq_want).abs() <= bound).all()):
+                    problems.append("q only: the dequantized values differ from eager's by more "
+                                    "than one e4m3 step")
             for i, (a, b) in enumerate(zip(got, want)):
                 if a.dtype in (torch.bfloat16, torch.float16):
                     d = int(ref.ulp_distance(a.cpu(), b.cpu()).max())
                     # the fp32-residual form normalizes the rounded residual (not the fp32 sum)
-                    limit = 4 if "two layers" in name else 2 if mode == "fp32res" else 1
+                    # two layers / the sandwich: an unfused norm of Inductor's reads its fp32 sum
+                    limit = 4 if ("two layers" in name or "sandwich" in name) else (
+                        2 if mode == "fp32res" else 1)
                     if d > limit:
                         problems.append(f"output {i}: {d} ulp from eager")
             if mode in ("fp8_per_token", "fp8_per_group"):
