@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from ._graph import (ADD_TENSOR, MUL, NoMatch, convert_dtype, depends_on, describe, dtype,
-                     is_call, numel, other_operand, scalar, shape)
+from ._graph import (ADD_TENSOR, MUL, VIEW, NoMatch, convert_dtype, depends_on, describe,
+                     dtype, is_call, numel, other_operand, scalar, shape)
 
 
 def _fp32_sides(v):
@@ -77,13 +77,18 @@ def diagnose(v, ar_val, hidden, act, shape_, order):
                     "fused op has no such addend")
         s = shape(other)
         if s is not None and numel(s) < numel(shape_) and s[-1:] == (hidden,):
-            return (f"a bias {describe(other)} of shape {list(s)} is added to the all-reduce "
-                    f"result ({describe(u)}) before the residual add or norm, as a row-parallel "
-                    "layer adds its bias once after the sum: the unfused graph rounds sum + bias "
-                    "to the activation dtype and then adds the residual (two roundings); the "
-                    "fused op adds the residual to the rounded sum, and moving the bias into the "
-                    "residual (round(sum + round(residual + bias))) or into one rank's input "
-                    "changes the bits")
+            head = (f"a bias {describe(other)} of shape {list(s)} is added to the all-reduce "
+                    f"result ({describe(u)}), as a row-parallel layer adds its bias once after the "
+                    "sum")
+            if not _feeds_add(u):
+                return (head + ", and a norm reads it without a residual add: round(sum + bias) "
+                        "is what the fused op makes of a [T, H] residual input holding the bias, "
+                        "which the pass does not build")
+            return (head + ", before the residual add: the unfused graph rounds sum + bias to the "
+                    "activation dtype and then adds the residual (two roundings); the fused op "
+                    "adds the residual to the rounded sum, and moving the bias into the residual "
+                    "(round(sum + round(residual + bias))) or into one rank's input changes the "
+                    "bits")
         if dtype(other) == torch.float32 and s == shape_:
             return (f"the residual {describe(other)} is fp32 (an fp32 residual stream): arfusion's "
                     "residual is in the activation dtype")
@@ -94,6 +99,16 @@ def diagnose(v, ar_val, hidden, act, shape_, order):
                     "shared expert's): the unfused graph rounds that sum before any residual add "
                     "or norm, and the fused op takes one addend, the residual")
     return None
+
+
+def _feeds_add(n) -> bool:
+    """n, through views, is an operand of a tensor add."""
+    for u in n.users:
+        if is_call(u, *ADD_TENSOR):
+            return True
+        if is_call(u, *VIEW) and _feeds_add(u):
+            return True
+    return False
 
 
 def unnormalized(v) -> str:

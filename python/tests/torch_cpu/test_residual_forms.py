@@ -147,12 +147,14 @@ class Views(PassTestCase):
 
 class Bias(PassTestCase):
     def test_bias_before_the_residual_add_is_refused(self):
-        for fn, specs in ((bias_then_residual, [X, W, R, W]), (bias_first_layer, [X, W, W])):
+        cases = ((bias_then_residual, [X, W, R, W], "two roundings"),
+                 (bias_first_layer, [X, W, W], "without a residual add"))
+        for fn, specs, cause in cases:
             with self.subTest(fn.__name__):
                 p = make_pass()
                 graph(fn, specs, p)
                 self.assertReplaced(p, 0)
-                self.assertLeft(p, "bias", "two roundings")
+                self.assertLeft(p, "bias", cause)
 
     def test_no_placement_of_the_bias_keeps_the_bits(self):
         """The reason of the refusal, on CPU tensors: the unfused graph's residual is
