@@ -117,10 +117,11 @@ def fake_inputs(specs, device="cuda"):
 
 def graph(fn, specs, p, device: str = "cuda"):
     """The post-grad graph module of fn after the pass p, compiled for inputs of `specs` (fake
-    tensors on `device`) or for the given tensors (a list of them, as they are); compilation stops
-    there, before code generation."""
+    tensors on `device`) or for the given inputs (tensors and other arguments, as they are);
+    compilation stops there, before code generation."""
     setup()
-    inputs = specs if all(isinstance(t, torch.Tensor) for t in specs) else fake_inputs(specs, device)
+    is_spec = [isinstance(t, tuple) and len(t) == 2 and isinstance(t[1], torch.dtype) for t in specs]
+    inputs = fake_inputs(specs, device) if specs and all(is_spec) else list(specs)
     seen = []
 
     def capture(g):
