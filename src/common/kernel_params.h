@@ -48,7 +48,14 @@ constexpr int resident_ctas_per_sm(int block) { return kResidentThreadsPerSm / b
 constexpr int co_resident_ctas_per_sm(int block) {
   return resident_ctas_per_sm(block) < 2 ? resident_ctas_per_sm(block) : 2;
 }
-inline constexpr int kLamportBuffers = 3;  // why three: protocol.cuh
+// Why three: docs/protocol.md, "oneshot_lamport". The negative-control build
+// ARF_NEGATIVE_CONTROL_TWO_LAMPORT_BUFFERS (cmake/stress.cmake) has two, so that a peer one call
+// ahead pushes into the buffer a rank is still clearing: the soak must catch it.
+#if defined(ARF_NEGATIVE_CONTROL_TWO_LAMPORT_BUFFERS)
+inline constexpr int kLamportBuffers = 2;
+#else
+inline constexpr int kLamportBuffers = 3;
+#endif
 // The Lamport sentinel, -0.0 in both bf16 and fp16: an empty slot (the workspace is filled with it,
 // data never carries it, vec.cuh canonicalises).
 inline constexpr uint32_t kNegZeroBits = 0x8000u;

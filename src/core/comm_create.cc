@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/cuda_check.h"
+#include "core/co_resident_test.h"
 #include "core/scoped_device.h"
 #include "launch/launch.h"
 #include "transport/ipc.h"
@@ -121,6 +122,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   }
   Result<std::string> table_text = tuning_table_contribution(c.rank, std::getenv(kTuningTableEnv));
   if (!table_text.is_ok()) return fail(table_text.status());
+  const Result<bool> co_resident_test = co_resident_test_requested(std::getenv(kCoResidentTestEnv));
+  if (!co_resident_test.is_ok()) return fail(co_resident_test.status());
   RankInfo proto;
   proto.tuning_table_json = table_text.take();
   proto.device = c.device;
@@ -156,6 +159,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   Result<std::shared_ptr<const TuningTable>> table = agree_tuning_table(infos);
   if (!table.is_ok()) return table.status();  // rank 0 validated it: not expected; comm leaves
   comm->tuning_table_ = table.take();
+  Result<bool> agreed = agree_co_resident_test(*comm->group_, c.rank, co_resident_test.value(),
+                                               effective_init_timeout(c));
+  if (!agreed.is_ok()) return agreed.status();  // the same on every rank; comm leaves
+  comm->facts_.co_resident_test = agreed.value();
   comm->error_records_.push_back(infos[c.rank].workspace.error_host);
   for (int r = 0; r < comm->facts_.world; ++r) {
     // A peer left unmapped (peer_path_failure) has no record here; NCCL reports its own failures.

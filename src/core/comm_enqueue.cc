@@ -1,6 +1,7 @@
 // The launch of the custom algorithms' kernels (communicator.h, launch_checked), in the enqueue
 // order ranks sharing a GPU keep: kernel i of every rank before kernel i+1 of any rank, and a call
-// returns once every device mate has enqueued it (architecture.md, "Ranks sharing a GPU").
+// returns once every device mate has enqueued it (architecture.md, "Ranks sharing a GPU"), except
+// in the co-resident test mode (docs/protocol.md), which leaves that return wait out.
 #include "core/communicator.h"
 
 #include <algorithm>
@@ -50,12 +51,14 @@ Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const Ker
   mark_enqueued();
   ++collective_calls_enqueued_;
   last_plan_ = plan;
-#if !defined(ARF_NEGATIVE_CONTROL_NO_SHARED_DEVICE_GATE)
   // Return only once every mate has enqueued this call too. Streams may share a hardware FIFO: a
   // kernel the caller enqueues after this call (stream-ordered behind our spinning kernel) must
   // not enter a shared FIFO ahead of a mate's kernel of this call, or it blocks the FIFO head
-  // while our kernel waits for the mate's, which sits behind it (local.h).
-  ARF_RETURN_IF_ERROR(wait_turn());
+  // while our kernel waits for the mate's, which sits behind it (local.h). The co-resident test
+  // mode leaves it out (its callers enqueue nothing else on the rank streams), and so does the
+  // negative-control build that shows the soak catches its absence.
+#if !defined(ARF_NEGATIVE_CONTROL_NO_RETURN_WAIT)
+  if (!facts_.co_resident_test) ARF_RETURN_IF_ERROR(wait_turn());
 #endif
   return stream_check_.after_call(stream);
 }

@@ -219,11 +219,13 @@ __device__ __forceinline__ Entry enter(const KernelParams& p) {
     const uint32_t epoch = c->cta_epoch[blockIdx.x];
     Entry e;
     if constexpr (kLamport) {
-      static_assert(kLamportBuffers == 3, "enter selects among three clear sizes");
+      // Three buffers; two only in the negative-control build (kernel_params.h), where clear2
+      // repeats clear1 and is never selected.
+      static_assert(kLamportBuffers == 3 || kLamportBuffers == 2, "enter selects among three clear sizes");
       const uint32_t buffer = *reinterpret_cast<const volatile uint32_t*>(&c->lamport_buffer);
       const uint64_t clear0 = c->lamport_clear_elems[0];
       const uint64_t clear1 = c->lamport_clear_elems[1];
-      const uint64_t clear2 = c->lamport_clear_elems[2];
+      const uint64_t clear2 = c->lamport_clear_elems[kLamportBuffers - 1];
       e.lamport_calls = c->lamport_calls;
       e.lamport.buffer = buffer;
       e.lamport.clear_buffer = lamport_clear_buffer(buffer);

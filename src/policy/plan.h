@@ -26,6 +26,11 @@ struct StaticFacts {
   // of ranks that cannot reach each other's memory and every rank has NCCL: then every call runs
   // on `nccl` (agreed at init, like everything here).
   bool custom = true;
+  // The co-resident test mode (ARF_TEST_CO_RESIDENT=1 on every rank at creation; docs/protocol.md,
+  // "The co-resident test mode"): no shared-device gate, no return wait, and every grid bounded so
+  // that all device mates' CTAs are resident at once (policy.h, co_resident_test_grid_cap). A
+  // testing knob: arfPlanFacts_t does not carry it, so arfPlanFromFacts plans the normal mode.
+  bool co_resident_test = false;
 };
 
 // The shape of one call, as the planner sees it.

@@ -214,6 +214,11 @@ int grid_cap(const Plan& plan, const StaticFacts& facts) {
   return protocol_free ? protocol_free_grid_cap(facts, plan.block) : co_resident_grid_cap(facts, plan.block);
 }
 
+int co_resident_test_grid_cap(const StaticFacts& facts) {
+  const int ranks = std::max(1, facts.max_ranks_per_device);
+  return std::clamp(facts.min_sm_count / ranks, 1, kMaxCtas);
+}
+
 bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const StaticFacts& facts,
                         std::string* why) {
   std::string local_why;
@@ -373,6 +378,18 @@ int apply_tuned_table(const CallShape& shape, const StaticFacts& facts, const Tu
   return is_quant_pattern(shape.pattern) ? choice->level : 0;
 }
 
+// The co-resident test mode (StaticFacts::co_resident_test): no gate, every grid within the bound,
+// and the reason says so first (arfPlan_t.reason keeps 127 characters).
+void apply_co_resident_test(const StaticFacts& facts, Plan* plan) {
+  const int cap = co_resident_test_grid_cap(facts);
+  plan->shared_device_gate = false;
+  plan->grid = std::min(plan->grid, cap);
+  plan->epilogue_grid = std::min(plan->epilogue_grid, cap);
+  plan->reason = std::string(kCoResidentTestReason) + " (no gate, no return wait, grids <= " +
+                 std::to_string(cap) + " = " + std::to_string(facts.min_sm_count) + " SMs / " +
+                 std::to_string(std::max(1, facts.max_ranks_per_device)) + " ranks): " + plan->reason;
+}
+
 }  // namespace
 
 Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
@@ -436,6 +453,7 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
   plan.epilogue_grid = static_cast<int>(std::min<int64_t>(rows, protocol_free_grid_cap(facts, plan.block)));
   plan.shared_device_gate =
       facts.max_ranks_per_device > 1 && facts.world > 1 && plan.algorithm != Algorithm::kNccl;
+  if (facts.co_resident_test) apply_co_resident_test(facts, &plan);
   return plan;
 }
 

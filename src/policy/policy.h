@@ -29,6 +29,14 @@ int protocol_free_grid_cap(const StaticFacts& facts, int block);
 // but keep the smaller co-residency cap; rows are independent, so a grid changes speed, not bits.
 int grid_cap(const Plan& plan, const StaticFacts& facts);
 
+// The co-resident test mode's grid bound (StaticFacts::co_resident_test): one CTA per SM for each
+// rank sharing a device, min_sm_count / max_ranks_per_device (at least 1), for every kernel of the
+// call whatever its block. Each CTA of ours fits an SM alone (kernel_params.h, the launch bounds;
+// launch.cu checks shared memory at creation), so with at most min_sm_count CTAs of the mates in
+// all, an SM without any of them is free whenever one waits to be placed: every mate's CTAs are
+// resident at once, a rank one call ahead included, and no spinning CTA can starve a mate.
+int co_resident_test_grid_cap(const StaticFacts& facts);
+
 // Whether `algorithm` can run this shape on this communicator (capacity of its buffers, world size).
 // On false, *why says which limit.
 bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const StaticFacts& facts,
@@ -46,6 +54,11 @@ bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const Stati
 // choice runs and the reason says "tuned table had no feasible choice (...) -> default ...". A
 // table never makes a call fail that the defaults would run. No entry -> the defaults, unchanged.
 // The inner all-reduce of unfused is always the default choice.
+//
+// In the co-resident test mode the plan has no gate, grid and epilogue_grid at most
+// co_resident_test_grid_cap, and its reason starts with kCoResidentTestReason.
+inline constexpr const char* kCoResidentTestReason = "co-resident test mode";
+
 Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
                        const TuningTable* table = nullptr);
 
