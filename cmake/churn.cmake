@@ -56,6 +56,13 @@ if(ARF_BUILD_TESTS)
     --progress 5 -J ${CMAKE_CURRENT_BINARY_DIR}/churn_soak_2.json)
   arf_add_churn_test(churn_soak_8 $<TARGET_FILE:arfusion-stress> churn --nranks 8 --seconds 20
     --progress 5 -J ${CMAKE_CURRENT_BINARY_DIR}/churn_soak_8.json)
+  # The co-resident test mode (docs/protocol.md): no gate, no return wait, grids that co-reside,
+  # the soak's kernels on a side stream, so a peer can run a call ahead; every default pattern and
+  # algorithm, 20 s at each world.
+  foreach(n 2 4 8)
+    arf_add_churn_test(churn_co_resident_${n} $<TARGET_FILE:arfusion-stress> churn --co-resident
+      --nranks ${n} --seconds 20 --progress 5 -J ${CMAKE_CURRENT_BINARY_DIR}/churn_co_resident_${n}.json)
+  endforeach()
   # The checks can fail: every 7th call one rank flips a bit of one of its outputs (self_test.h);
   # passes only if every such call, and no other, was flagged. Under rotate and split.
   arf_add_churn_test(churn_self_test $<TARGET_FILE:arfusion-stress> churn --nranks 4 --calls 3000

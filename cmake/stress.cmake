@@ -8,8 +8,12 @@
 #                               overwrites what a slow peer still reads (a bug AMD's AITER shipped)
 #   arfusion_nc_relaxed_flags   barrier flags relaxed instead of release/acquire (another of AITER's)
 #   arfusion_nc_no_lamport_clear  Lamport buffers never cleared (stale slots read as data)
-#   arfusion_nc_no_shared_device_gate  ranks sharing a GPU without the gate and the enqueue wait at
-#                               return: the churn soak must stall
+#   arfusion_nc_two_lamport_buffers  Lamport with two buffers instead of three: a peer one call
+#                               ahead pushes into the buffer a rank still clears
+#   arfusion_nc_no_shared_device_gate  ranks sharing a GPU without the shared-device gate (the
+#                               return wait kept): the churn soak must stall (SM starvation)
+#   arfusion_nc_no_return_wait  ranks sharing a GPU without the return wait (the gate kept): the
+#                               churn soak in one hardware queue must stall (FIFO order)
 #   arfusion_diag               the release protocol with the variants' kernel subset: the like-for-
 #                               like baseline of an A/B against a variant or against a candidate
 #                               commit's arfusion_diag (a few MB: it ships to a GPU machine beside
@@ -146,15 +150,18 @@ arf_add_stress_binary(arfusion-stress-debug_stall arfusion_debug_stall debug_sta
 # instead of waiting for the scheduler to produce it; the debug_stall soak shows the stall alone
 # corrupts nothing. relaxed_flags runs without it (a stall does not reorder memory); about a
 # quarter of its calls move more than the 1.2 MB per rank above which AITER saw the bug.
-# Without the shared-device gate too: on ranks sharing a GPU the gate alone keeps a fast rank's
-# next copy-in behind a slow peer's reads (it waits until every mate reached the next call), which
-# would hide the missing end barrier from a one-GPU soak; multi-GPU hosts have no gate.
+# no_end_barrier and two_lamport_buffers break what only a peer one call ahead exposes. On ranks
+# sharing a GPU the gate and the return wait keep every peer behind (the gate waits until every
+# mate reached the call), so their soaks run in the co-resident test mode (docs/protocol.md),
+# where neither exists; multi-GPU hosts have neither anyway.
 arf_add_library_variant(arfusion_nc_no_end_barrier ARF_NEGATIVE_CONTROL_NO_END_BARRIER
-  ARF_NEGATIVE_CONTROL_NO_SHARED_DEVICE_GATE ${ARF_STALL_DEFINITION})
+  ${ARF_STALL_DEFINITION})
 arf_add_library_variant(arfusion_nc_relaxed_flags ARF_NEGATIVE_CONTROL_RELAXED_FLAGS)
 arf_add_library_variant(arfusion_nc_no_lamport_clear ARF_NEGATIVE_CONTROL_NO_LAMPORT_CLEAR
   ${ARF_STALL_DEFINITION})
-foreach(control no_end_barrier relaxed_flags no_lamport_clear)
+arf_add_library_variant(arfusion_nc_two_lamport_buffers ARF_NEGATIVE_CONTROL_TWO_LAMPORT_BUFFERS
+  ${ARF_STALL_DEFINITION})
+foreach(control no_end_barrier relaxed_flags no_lamport_clear two_lamport_buffers)
   arf_add_stress_binary(arfusion-stress-${control} arfusion_nc_${control} ${control})
 endforeach()
 
@@ -162,9 +169,12 @@ if(ARF_BUILD_TESTS)
   arf_add_stress_test(stress_debug_stall gpu $<TARGET_FILE:arfusion-stress-debug_stall>
     --calls 3000 --progress 0 -J ${CMAKE_CURRENT_BINARY_DIR}/stress_debug_stall.json)
   set(nc_common --expect-corruption --progress 0)
+  # The refill soak orders its own work behind each call (soak.h: it waits until every mate
+  # enqueued the step before its consumer), so it may run in the co-resident test mode.
   arf_add_stress_test(negative_no_end_barrier "gpu;negative"
     $<TARGET_FILE:arfusion-stress-no_end_barrier> ${nc_common} -a oneshot_pull --calls 2000
     -J ${CMAKE_CURRENT_BINARY_DIR}/negative_no_end_barrier.json)
+  set_tests_properties(negative_no_end_barrier PROPERTIES ENVIRONMENT ARF_TEST_CO_RESIDENT=1)
   arf_add_stress_test(negative_relaxed_flags "gpu;negative"
     $<TARGET_FILE:arfusion-stress-relaxed_flags> ${nc_common} -a oneshot_pull,twoshot
     --calls 20000 --skew-us 0
@@ -176,6 +186,7 @@ if(ARF_BUILD_TESTS)
   arf_add_stress_test(negative_no_end_barrier_gpu_verify "gpu;negative"
     $<TARGET_FILE:arfusion-stress-no_end_barrier> ${nc_common} --verify gpu -a oneshot_pull
     --calls 2000 -J ${CMAKE_CURRENT_BINARY_DIR}/negative_no_end_barrier_gpu_verify.json)
+  set_tests_properties(negative_no_end_barrier_gpu_verify PROPERTIES ENVIRONMENT ARF_TEST_CO_RESIDENT=1)
   arf_add_stress_test(negative_relaxed_flags_gpu_verify "gpu;negative"
     $<TARGET_FILE:arfusion-stress-relaxed_flags> ${nc_common} --verify gpu -a oneshot_pull,twoshot
     --calls 20000 --skew-us 0 -J ${CMAKE_CURRENT_BINARY_DIR}/negative_relaxed_flags_gpu_verify.json)
@@ -184,26 +195,59 @@ if(ARF_BUILD_TESTS)
     --calls 2000 -J ${CMAKE_CURRENT_BINARY_DIR}/negative_no_lamport_clear_gpu_verify.json)
 endif()
 
-# The protocol before the shared-device gate and the call-exit enqueue wait (protocol.md, "Ranks
-# sharing a GPU"): the engine-like soak, with kernels on the rank streams whose CTAs need more than
-# the half SM a spinning collective leaves, must stall there. --expect-failure exits 0 only when a
-# failure (expired wait, async error, wrong element) was detected, 1 when the run was clean.
-arf_add_library_variant(arfusion_nc_no_shared_device_gate ARF_NEGATIVE_CONTROL_NO_SHARED_DEVICE_GATE)
-arf_add_stress_binary(arfusion-stress-no_shared_device_gate arfusion_nc_no_shared_device_gate
-  no_shared_device_gate)
+# Soaks in the co-resident test mode (churn --co-resident: no gate, no return wait, the soak's
+# kernels off the rank streams) must catch what only a peer one call ahead exposes: the missing
+# end barrier (oneshot_pull) and two Lamport buffers (oneshot_lamport). --expect-failure exits 0
+# only when a failure (expired wait, async error, wrong element) was detected, 1 when the run was
+# clean, so a mode that hid the race fails the test.
 if(ARF_BUILD_TESTS)
-  # The shared-device GPU tests against that library: StarvedMate must time out there.
+  foreach(v no_end_barrier:oneshot_pull two_lamport_buffers:oneshot_lamport)
+    string(REPLACE ":" ";" v ${v})
+    list(GET v 0 control)
+    list(GET v 1 algo)
+    arf_add_stress_test(negative_${control}_co_resident "gpu;negative"
+      $<TARGET_FILE:arfusion-stress-${control}> churn --co-resident --expect-failure --nranks 4
+      -a ${algo} --patterns allreduce,flat,residual_rmsnorm --seconds 60 --timeout 2 --progress 0
+      -J ${CMAKE_CURRENT_BINARY_DIR}/negative_${control}_co_resident.json)
+  endforeach()
+endif()
+
+# The two fixes for ranks sharing a GPU (protocol.md, "Ranks sharing a GPU"), each taken out
+# alone, each caught by the engine-like soak in the normal mode. --expect-failure as above.
+#  - no_shared_device_gate: SM starvation. The soak's kernels on the rank streams have CTAs that
+#    need more than the half SM a spinning collective leaves, so a mate's collective behind one
+#    never starts.
+#  - no_return_wait: FIFO order. With every stream in one hardware queue, small calls each
+#    followed at once by the soak's readers, 8 calls in flight and host skew, a rank's reader
+#    enters the queue ahead of a mate's call that its own call waits for.
+foreach(control no_shared_device_gate no_return_wait)
+  string(TOUPPER ${control} define)
+  arf_add_library_variant(arfusion_nc_${control} ARF_NEGATIVE_CONTROL_${define})
+  arf_add_stress_binary(arfusion-stress-${control} arfusion_nc_${control} ${control})
+endforeach()
+if(ARF_BUILD_TESTS)
+  # The shared-device GPU tests against each: StarvedMate must time out without the gate, and
+  # ForeignKernelsBehindEveryCallNeverBlockAPeer in one hardware queue without the return wait
+  # (dev/remote_gpu/gpu_acceptance.sh, stage coresident).
   set(gpu_dir ${CMAKE_CURRENT_SOURCE_DIR}/tests/gpu)
-  add_executable(arfusion_gpu_tests_no_shared_device_gate ${gpu_dir}/gpu_main.cc
-    ${gpu_dir}/harness.cc ${gpu_dir}/harness_run.cc ${gpu_dir}/foreign_kernels.cu
-    ${gpu_dir}/test_shared_device.cc ${ARF_CALLKIT_SOURCES})
-  target_include_directories(arfusion_gpu_tests_no_shared_device_gate PRIVATE
-    ${CMAKE_CURRENT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR}/tests
-    ${CMAKE_CURRENT_SOURCE_DIR}/tools/common)
-  target_link_libraries(arfusion_gpu_tests_no_shared_device_gate PRIVATE
-    arfusion_nc_no_shared_device_gate arfusion_reference GTest::gtest)
+  foreach(control no_shared_device_gate no_return_wait)
+    add_executable(arfusion_gpu_tests_${control} ${gpu_dir}/gpu_main.cc
+      ${gpu_dir}/harness.cc ${gpu_dir}/harness_run.cc ${gpu_dir}/foreign_kernels.cu
+      ${gpu_dir}/test_shared_device.cc ${ARF_CALLKIT_SOURCES})
+    target_include_directories(arfusion_gpu_tests_${control} PRIVATE
+      ${CMAKE_CURRENT_SOURCE_DIR}/src ${CMAKE_CURRENT_SOURCE_DIR}/tests
+      ${CMAKE_CURRENT_SOURCE_DIR}/tools/common)
+    target_link_libraries(arfusion_gpu_tests_${control} PRIVATE
+      arfusion_nc_${control} arfusion_reference GTest::gtest)
+  endforeach()
   arf_add_stress_test(negative_no_shared_device_gate "gpu;negative"
     $<TARGET_FILE:arfusion-stress-no_shared_device_gate> churn --expect-failure --nranks 2
     --patterns allreduce,flat,residual_rmsnorm --seconds 60 --timeout 2 --progress 0
     -J ${CMAKE_CURRENT_BINARY_DIR}/negative_no_shared_device_gate.json)
+  arf_add_stress_test(negative_no_return_wait "gpu;negative"
+    $<TARGET_FILE:arfusion-stress-no_return_wait> churn --expect-failure --nranks 4
+    --connections 1 --max-tokens 4 --in-flight 8 --skew-us 0 --host-skew-us 300
+    --foreign-block 256 --foreign-smem-kb 0 --patterns allreduce,flat,residual_rmsnorm
+    --seconds 60 --timeout 2 --progress 0
+    -J ${CMAKE_CURRENT_BINARY_DIR}/negative_no_return_wait.json)
 endif()

@@ -9,7 +9,7 @@ objects of src/, include/ and the kernel-unit CMake files at the run's commit (t
 for older files the commit suffix of the results folder, `<date>-<purpose>-<commit>/`). A commit
 git does not know pools under its own name.
 
-Per (library, world, transport): the calls that ran per algorithm (`per_plan_algorithm`: what the
+Per (library, world, transport, mode): the calls that ran per algorithm (`per_plan_algorithm`: what the
 plan launched, forced or chosen by auto), against the target (>= 10^6 per algorithm at 2, 4 and 8
 virtual ranks; >= 10^5 as processes over ipc), and whether every pooled run was clean (0 wrong
 elements, no rank failure, no cross-rank difference, exit 0). A run that was not clean is counted
@@ -23,6 +23,10 @@ pattern of PATTERNS, a hidden above 8192, full-capacity calls and tiny-after-lar
 missing any of these pool in a group of their own ("partial coverage: ..." names what is missing),
 which never meets the target; runs from before the soak drew them (hidden <= 8192, five patterns)
 land there.
+
+Runs in the co-resident test mode (`co_resident`: no shared-device gate, no return wait; the mode
+where a peer can run a call ahead on one GPU) pool apart from the normal mode's, against the same
+target.
 
 Both token mixes (`token_mix`: engine, or volume: fewer bytes per call, the same kinds of call;
 files from before the option are engine) pool together, with the calls of each shown: the
@@ -125,6 +129,8 @@ def tally(files, identity=library_identity):
         transport = "ipc processes" if doc.get("processes") else "threads"
         if doc.get("mps") and doc.get("processes"):
             transport += " (MPS)"  # processes share the GPU concurrently, not time-sliced: pooled apart
+        if doc.get("co_resident"):
+            transport += ", co-resident test mode"  # no gate, no return wait (docs/protocol.md): pooled apart
         for rep in doc.get("repeats", []):
             coverage = coverage_of(rep)
             key = (lib, doc.get("world"), transport, coverage)
@@ -154,7 +160,7 @@ def tally(files, identity=library_identity):
             g["calls_per_mix"][mix] = g["calls_per_mix"].get(mix, 0) + ran
     out = []
     for g in groups.values():
-        target = TARGET_PROCESSES if g["transport"] != "threads" else TARGET_THREADS
+        target = TARGET_THREADS if g["transport"].startswith("threads") else TARGET_PROCESSES
         g["target_per_algorithm"] = target
         g["met"] = (g["coverage"] == "full coverage" and g["unclean_runs"] == 0 and
                     all(g["calls"][a] >= target for a in ALGORITHMS))

@@ -16,6 +16,25 @@
 #   one_queue the foreign-kernel test with CUDA_DEVICE_MAX_CONNECTIONS=1 (every stream in one FIFO)
 #   churn     the engine-like soak at 2, 4 and 8 virtual ranks (ARF_CHURN_SECONDS each, default
 #             30) and its negative control
+#   coresident  the co-resident test mode (docs/protocol.md: no gate, no return wait, grids that
+#             co-reside, so a peer runs a call ahead) and the shared-GPU negative controls, each
+#             alone; parts ARF_CORES_PARTS (default "soak mutants controls one_queue"):
+#             soak: the churn soak in the mode at ARF_CORES_WORLDS (default "2 4 8"), the four
+#               forced algorithms, ARF_CORES_SECONDS each (default 150), seeds from ARF_SOAK_SEED:
+#               0 wrong, 0 timeouts (churn_coresident_N_seedS.json; dev/measure/soak_tally.py pools
+#               them toward 10^6 calls per algorithm: one call of ARF_CORES_PARTS=soak with
+#               ARF_CORES_SECONDS=170 fits 10 minutes; repeat with new seeds);
+#             mutants: no_end_barrier (oneshot_pull) and two_lamport_buffers (oneshot_lamport)
+#               must be caught in the mode at 2, 4 and 8 ranks, and (for the record) the same 30 s
+#               in the normal mode, where the gate is expected to hide them;
+#             controls: no_shared_device_gate caught by the default soak (starvation),
+#               no_return_wait by the soak in one hardware queue (FIFO order);
+#             one_queue: CUDA_DEVICE_MAX_CONNECTIONS=1, 2/4/8 ranks, 1-4-token calls each
+#               followed at once by the soak's readers, 8 calls in flight, 0-300 us host skew, on
+#               the release library (must pass), without the return wait (gate only: must be
+#               caught) and without the gate (return wait only: expected to pass); then the GPU
+#               test ForeignKernelsBehindEveryCallNeverBlockAPeer in one queue against the three.
+#             Each line says ok or UNEXPECTED; the stage ends with the count of UNEXPECTED
 #   volume    soak volume toward the target (>= 10^6 calls per algorithm): the churn soak with
 #             verify_calls on the four forced algorithms, ARF_VOLUME_SECONDS (default 120) at each of
 #             ARF_VOLUME_WORLDS (default "2 4 8"), one soak per GPU at once (ARF_VOLUME_GPUS, default
@@ -182,6 +201,72 @@ for stage in "$@"; do
         --patterns allreduce,flat,residual_rmsnorm --seconds "${ARF_CHURN_NC_SECONDS:-60}" --timeout 2 --progress 0 \
         -J "$out/log/churn_no_gate.json" > "$out/log/churn_no_gate.txt" 2>&1
       echo "churn without the gate (expect-failure): exit $? (0 = failure detected)"; tail -4 "$out/log/churn_no_gate.txt" ;;
+    coresident)
+      parts=${ARF_CORES_PARTS:-soak mutants controls one_queue}
+      seed=${ARF_SOAK_SEED:-$(date +%s)}
+      unexpected=0
+      # cores_run NAME WANT TIMEOUT CMD...: runs CMD (log $out/log/coresident_NAME.txt), says whether
+      # its exit is WANT ("info": only reported).
+      cores_run() {
+        local name=$1 want=$2 limit=$3 rc verdict
+        shift 3
+        timeout "$limit" "$@" > "$out/log/coresident_$name.txt" 2>&1
+        rc=$?
+        verdict=ok
+        if [[ $want == info ]]; then verdict=info
+        elif [[ $rc != "$want" ]]; then verdict=UNEXPECTED; unexpected=$((unexpected + 1)); fi
+        echo "coresident $name: exit $rc (want $want): $verdict"
+        grep -E "^repeat|RESULT|timeout:|integrity|calls/s" "$out/log/coresident_$name.txt" | tail -3 | sed 's/^/    /'
+      }
+      narrow=(--patterns allreduce,flat,residual_rmsnorm)  # the variants' kernel subset
+      if [[ " $parts " == *" soak "* ]]; then
+        for n in ${ARF_CORES_WORLDS:-2 4 8}; do
+          s=$((seed + n)); j="churn_coresident_${n}_seed$s"
+          secs=${ARF_CORES_SECONDS:-150}
+          cores_run "soak_$n" 0 $((secs + 120)) ./build/arfusion-stress churn --co-resident --nranks "$n" \
+            --seconds "$secs" --progress 0 --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused \
+            --seed "$s" -J "$out/log/$j.json"
+          cp "$out/log/coresident_soak_$n.txt" "$out/log/$j.txt"
+        done
+      fi
+      if [[ " $parts " == *" mutants "* ]]; then
+        for v in no_end_barrier:oneshot_pull two_lamport_buffers:oneshot_lamport; do
+          a=${v#*:}; v=${v%%:*}
+          for n in 2 4 8; do
+            cores_run "${v}_$n" 0 150 "./build/arfusion-stress-$v" churn --co-resident --expect-failure \
+              --nranks "$n" -a "$a" "${narrow[@]}" --seconds 60 --timeout 2 --progress 0 \
+              -J "$out/log/coresident_${v}_$n.json"
+          done
+          # The normal mode for the record: exit 1 (clean) says the gate hid the mutant there.
+          cores_run "${v}_normal_mode" info 120 "./build/arfusion-stress-$v" churn --expect-failure \
+            --nranks 4 -a "$a" "${narrow[@]}" --seconds 30 --timeout 2 --progress 0 \
+            -J "$out/log/coresident_${v}_normal_mode.json"
+        done
+      fi
+      one_queue=(--connections 1 --max-tokens 4 --in-flight 8 --skew-us 0 --host-skew-us 300
+                 --foreign-block 256 --foreign-smem-kb 0 "${narrow[@]}" --timeout 2 --progress 0)
+      if [[ " $parts " == *" controls "* ]]; then
+        cores_run no_gate_starvation 0 150 ./build/arfusion-stress-no_shared_device_gate churn --expect-failure \
+          --nranks 2 "${narrow[@]}" --seconds 60 --timeout 2 --progress 0 -J "$out/log/coresident_no_gate_starvation.json"
+        cores_run no_return_wait_fifo 0 150 ./build/arfusion-stress-no_return_wait churn --expect-failure \
+          --nranks 4 "${one_queue[@]}" --seconds 60 -J "$out/log/coresident_no_return_wait_fifo.json"
+      fi
+      if [[ " $parts " == *" one_queue "* ]]; then
+        for n in 2 4 8; do
+          cores_run "one_queue_release_$n" 0 120 ./build/arfusion-stress churn --nranks "$n" "${one_queue[@]}" \
+            --seconds 30 -J "$out/log/coresident_one_queue_release_$n.json"
+          cores_run "one_queue_gate_only_$n" 0 120 ./build/arfusion-stress-no_return_wait churn --expect-failure \
+            --nranks "$n" "${one_queue[@]}" --seconds 30 -J "$out/log/coresident_one_queue_gate_only_$n.json"
+          cores_run "one_queue_no_gate_$n" 0 120 ./build/arfusion-stress-no_shared_device_gate churn \
+            --nranks "$n" "${one_queue[@]}" --seconds 30 -J "$out/log/coresident_one_queue_no_gate_$n.json"
+        done
+        filter=--gtest_filter=SharedDevice.ForeignKernels*
+        CUDA_DEVICE_MAX_CONNECTIONS=1 cores_run gtest_one_queue_release 0 400 ./build/arfusion_gpu_tests "$filter"
+        CUDA_DEVICE_MAX_CONNECTIONS=1 cores_run gtest_one_queue_gate_only 1 400 ./build/arfusion_gpu_tests_no_return_wait "$filter"
+        grep -m1 -E "timeout: rank [0-9]+ waited" "$out/log/coresident_gtest_one_queue_gate_only.txt" | sed 's/^/    caught by: /'
+        CUDA_DEVICE_MAX_CONNECTIONS=1 cores_run gtest_one_queue_no_gate info 400 ./build/arfusion_gpu_tests_no_shared_device_gate "$filter"
+      fi
+      echo "coresident: $unexpected UNEXPECTED" ;;
     volume)
       # One soak per visible GPU at a time, each on its own GPU with its own seed (virtual ranks
       # stay on one GPU): a multi-GPU machine multiplies the volume; soak_tally.py pools the files.
@@ -259,8 +344,9 @@ for stage in "$@"; do
       for ref in ${ARF_REFERENCE_MODES:-rotate split}; do
         for v in no_end_barrier:oneshot_pull no_lamport_clear:oneshot_lamport; do
           a=${v#*:}; v=${v%%:*}; j="$out/log/reference_nc_${v}_$ref"
+          mode=(); [[ $v == no_end_barrier ]] && mode=(--co-resident)  # on one GPU the gate hides it otherwise
           timeout 90 "./build/arfusion-stress-$v" churn --expect-failure --nranks 4 --seconds 20 --timeout 2 \
-            --patterns allreduce,flat,residual_rmsnorm -a "$a" --reference "$ref" --progress 0 \
+            "${mode[@]}" --patterns allreduce,flat,residual_rmsnorm -a "$a" --reference "$ref" --progress 0 \
             -J "$j.json" > "$j.txt" 2>&1
           echo "negative control $v under $ref: exit $? (0 = caught)"; grep -E "^repeat|cross-rank" "$j.txt" | tail -3
           # Caught by the check (wrong elements, cross-rank differences) or only by an expired wait:
@@ -270,7 +356,8 @@ for stage in "$@"; do
       done ;;
     gate_cost)
       # What the shared-device gate costs ranks sharing a GPU: the plain all-reduce with the
-      # release library and with the negative-control library that lacks the gate, alternating.
+      # release library and with the negative-control library that lacks the gate (the return
+      # wait kept; until the controls were split it lacked both), alternating.
       # The bench runs no foreign kernels, so the missing gate cannot starve a mate here.
       nogate=$(mktemp -d); cp build/libarfusion_nc_no_shared_device_gate.so "$nogate/libarfusion.so"
       names=(release no_gate); dirs=("" "$nogate")

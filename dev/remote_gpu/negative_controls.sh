@@ -23,7 +23,9 @@ if [[ -z ${ARF_NC_BUILD:-} ]]; then
     -DARF_BUILD_NEGATIVE_CONTROLS=ON ${ARF_CMAKE_ARGS:-} > "$out/configure.log" 2>&1 ||
     { tail -20 "$out/configure.log"; exit 1; }
   targets=(arfusion-stress arfusion-stress-debug_stall arfusion-stress-no_end_barrier
-           arfusion-stress-relaxed_flags arfusion-stress-no_lamport_clear)
+           arfusion-stress-relaxed_flags arfusion-stress-no_lamport_clear
+           arfusion-stress-two_lamport_buffers arfusion-stress-no_shared_device_gate
+           arfusion-stress-no_return_wait)
   start=$SECONDS
   cmake --build build-nc -j "${JOBS:-$(nproc)}" --target "${targets[@]}" > "$out/build.log" 2>&1 ||
     { grep -E "error|FAILED" "$out/build.log" | head -20; exit 1; }

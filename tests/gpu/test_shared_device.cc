@@ -4,7 +4,9 @@
 //  - A mate whose stream runs a kernel needing a whole SM before its call must not be starved by
 //    a peer's collective spinning on every SM.
 //  - Foreign kernels enqueued right behind each call, with host skew, must never block a peer's
-//    call in a shared hardware queue (ctest gpu_tests_one_queue reruns these with one queue).
+//    call in a shared hardware queue (ctest gpu_tests_one_queue reruns these with one queue; the
+//    gpu_acceptance.sh stage coresident runs them against the libraries without the return wait
+//    and without the gate, arfusion_gpu_tests_no_return_wait / _no_shared_device_gate).
 //  - With verify_calls, ranks whose call indices disagree get arfInternal naming the call and the
 //    ranks instead of numbers; without it the same state goes unnoticed (so the check is what
 //    catches it), and arfCommGetFirstLostCall names the first lost call.

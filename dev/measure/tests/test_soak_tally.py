@@ -13,7 +13,7 @@ import soak_tally as st  # noqa: E402
 def churn_doc(world=2, commit="aaaaaaa", calls=100, wrong=0, failure="none", processes=False, rank=-1,
               variant="release", command="churn --nranks 2", exit_code=0, replay="",
               patterns=st.PATTERNS, hiddens=(128, 8192, 16384), full_capacity=5, tiny_after_large=3,
-              mix=None):
+              mix=None, co_resident=None):
     doc = {"tool": "arfusion-stress churn", "git_commit": commit, "world": world, "processes": processes,
             "rank": rank, "library_variant": variant, "command_line": command, "exit_code": exit_code,
             "replay": replay, "setup_error": "",
@@ -24,6 +24,8 @@ def churn_doc(world=2, commit="aaaaaaa", calls=100, wrong=0, failure="none", pro
                          "cross_rank": {"error": "", "mismatched_calls": 0}}]}
     if mix is not None:
         doc["token_mix"] = mix
+    if co_resident is not None:
+        doc["co_resident"] = co_resident
     return doc
 
 
@@ -72,6 +74,18 @@ class SoakTally(unittest.TestCase):
         never = churn_doc()
         never["repeats"][0]["per_plan_algorithm"]["unfused"] = 0
         self.assertIsNone(self.run_tally([never])[0]["seconds_left_at_pooled_rate"])
+
+    def test_co_resident_mode_pools_apart_with_the_threads_target(self):
+        groups = self.run_tally([churn_doc(), churn_doc(co_resident=False, calls=20),
+                                 churn_doc(co_resident=True, calls=7, command="churn --co-resident")])
+        self.assertEqual(len(groups), 2)
+        normal = next(g for g in groups if g["transport"] == "threads")
+        mode = next(g for g in groups if g["transport"] == "threads, co-resident test mode")
+        self.assertEqual(normal["calls"]["twoshot"], 120)  # files before the field are the normal mode
+        self.assertEqual(mode["calls"]["twoshot"], 7)
+        self.assertEqual(mode["target_per_algorithm"], st.TARGET_THREADS)
+        done = self.run_tally([churn_doc(co_resident=True, calls=st.TARGET_THREADS)])
+        self.assertTrue(done[0]["met"])
 
     def test_unclean_runs_add_nothing(self):
         groups = self.run_tally([churn_doc(), churn_doc(wrong=3), churn_doc(failure="timeout"),

@@ -38,6 +38,10 @@ RankBuffers::~RankBuffers() {
   if (stream == nullptr && device_allocations_.empty() && mirror_host == nullptr) return;
   cudaSetDevice(device);
   for (cudaEvent_t e : events) cudaEventDestroy(e);
+  for (cudaEvent_t e : {generated, called}) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  if (side_stream != nullptr) cudaStreamDestroy(side_stream);
   for (cudaEvent_t e : segment_events) cudaEventDestroy(e);
   for (void* p : device_allocations_) cudaFree(p);
   if (mirror_host != nullptr) cudaFreeHost(mirror_host);
@@ -51,6 +55,16 @@ std::string RankBuffers::allocate(int dev, const BufferSizes& s) {
   if (e != cudaSuccess) return failed("cudaSetDevice", e);
   if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess) {
     return failed("cudaStreamCreateWithFlags", e);
+  }
+  if (s.side_stream) {
+    if ((e = cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking)) != cudaSuccess) {
+      return failed("cudaStreamCreateWithFlags(side)", e);
+    }
+    for (cudaEvent_t* ev : {&generated, &called}) {
+      if ((e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming)) != cudaSuccess) {
+        return failed("cudaEventCreateWithFlags", e);
+      }
+    }
   }
   events.resize(static_cast<size_t>(s.in_flight), nullptr);
   segment_events.resize(s.time_segments ? static_cast<size_t>(s.in_flight) * kSegments : 0, nullptr);

@@ -26,6 +26,7 @@ struct BufferSizes {
   uint64_t table_calls = 1;
   int in_flight = 1;
   bool time_segments = false;  // timing events (segment_events) and timing on `events`
+  bool side_stream = false;    // --co-resident: the soak's kernels on side_stream (options.h)
 };
 
 // The largest scale buffer any (pattern, layout, format) of these hiddens needs at max_tokens.
@@ -46,7 +47,15 @@ class RankBuffers {
   std::string read_table(std::vector<TableEntry>* out) const;
 
   int device = 0;
-  cudaStream_t stream = nullptr;
+  cudaStream_t stream = nullptr;  // the rank stream: the library's calls (and, without a side stream, the soak's kernels)
+  // --co-resident: the soak's kernels (generate, corrupt, overwrite, check) run here. The rank
+  // stream waits for `generated` (the inputs) before a call; the host waits for `called` (the
+  // call complete) before it enqueues anything that reads the call's outputs, so no work of the
+  // soak is ever ordered behind a call that has not completed.
+  cudaStream_t side_stream = nullptr;
+  cudaEvent_t generated = nullptr;
+  cudaEvent_t called = nullptr;
+  cudaStream_t work_stream() const { return side_stream != nullptr ? side_stream : stream; }
   std::vector<cudaEvent_t> events;  // ring of in_flight events, one per call in flight
   // With time_segments: kSegments events per ring slot, recorded before generate, call, overwrite
   // and check (segment_times.h); the slot's `events` entry closes the check.

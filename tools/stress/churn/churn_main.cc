@@ -31,6 +31,9 @@ int churn_main(int argc, char** argv, const char* library_variant) {
     setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
   }
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  // Read by the library at communicator creation (docs/protocol.md, "The co-resident test mode");
+  // the options refused it without --co-resident.
+  if (o.co_resident) setenv("ARF_TEST_CO_RESIDENT", "1", /*overwrite=*/1);
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {

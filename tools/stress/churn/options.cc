@@ -56,6 +56,35 @@ void apply_launcher(ChurnOptions& o, const EnvLookup& env, bool placement_given)
   o.devices.clear();
 }
 
+// --co-resident (options.h): the soak's kernels leave the rank streams, so the options that shape
+// or time them there are refused rather than ignored; the environment variable the soak sets
+// must not be set without the option (the soak would put its kernels on the rank streams).
+void validate_co_resident(ChurnOptions& o, const std::vector<std::string>& rank_stream_options,
+                          const EnvLookup& env) {
+  const char* mode = env("ARF_TEST_CO_RESIDENT");
+  const bool mode_set = mode != nullptr && *mode != '\0' && std::string(mode) != "0";
+  if (!o.co_resident) {
+    if (mode_set) {
+      throw CLI::ValidationError("ARF_TEST_CO_RESIDENT",
+                                 "is set: give --co-resident instead (the soak then keeps its own kernels "
+                                 "off the rank streams, which the mode requires)");
+    }
+    return;
+  }
+  if (!rank_stream_options.empty()) {
+    std::string given;
+    for (const std::string& name : rank_stream_options) given += (given.empty() ? "" : ", ") + name;
+    throw CLI::ValidationError("--co-resident",
+                               "keeps the soak's kernels off the rank streams (the library's return wait is "
+                               "off, so a kernel queued behind a call could block a mate's call in a shared "
+                               "hardware queue), one call in flight, at a fixed small footprint: " + given +
+                               " cannot be combined with it");
+  }
+  o.in_flight = 1;
+  o.foreign_block = kCoResidentSideBlock;
+  o.foreign_smem_kb = 0;
+}
+
 void validate(ChurnOptions& o, int nranks, bool placement_given, const std::string& hiddens,
               const EnvLookup& env) {
   if (env("ARF_RENDEZVOUS_ID") != nullptr) apply_launcher(o, env, placement_given);
@@ -215,20 +244,25 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
       ->check(CLI::Range(0, 1000000))->capture_default_str();
   app.add_option("--host-skew-us", o.host_skew_us, "host busy-wait before 1/4 of the calls, 0..this")
       ->check(CLI::Range(0, 1000000))->capture_default_str();
-  app.add_option("--in-flight", o.in_flight, "calls the host runs ahead of its own stream")
-      ->check(CLI::Range(1, 4096))->capture_default_str();
-  app.add_option("--foreign-block", o.foreign_block, "threads per CTA of our kernels")
-      ->check(CLI::Range(32, 1024))->capture_default_str();
-  app.add_option("--foreign-smem-kb", o.foreign_smem_kb, "dynamic shared memory per CTA of our kernels")
-      ->check(CLI::Range(0, 227))->capture_default_str();
-  app.add_option("--foreign-grid", o.foreign_grid, "CTAs of the generate/overwrite kernels (0: SMs)")
-      ->check(CLI::Range(0, 1 << 20));
+  auto* in_flight = app.add_option("--in-flight", o.in_flight, "calls the host runs ahead of its own stream")
+                       ->check(CLI::Range(1, 4096))->capture_default_str();
+  auto* foreign_block = app.add_option("--foreign-block", o.foreign_block, "threads per CTA of our kernels")
+                            ->check(CLI::Range(32, 1024))->capture_default_str();
+  auto* foreign_smem = app.add_option("--foreign-smem-kb", o.foreign_smem_kb,
+                                      "dynamic shared memory per CTA of our kernels")
+                           ->check(CLI::Range(0, 227))->capture_default_str();
+  auto* foreign_grid = app.add_option("--foreign-grid", o.foreign_grid, "CTAs of the generate/overwrite kernels (0: SMs)")
+                           ->check(CLI::Range(0, 1 << 20));
+  app.add_flag("--co-resident", o.co_resident,
+               "the co-resident test mode (docs/protocol.md): the library without the shared-device "
+               "gate and the return wait, grids that co-reside, so a peer can run a call ahead; the "
+               "soak's kernels on a side stream, one call in flight");
   app.add_option("--connections", o.connections, "force CUDA_DEVICE_MAX_CONNECTIONS (default: 32 "
                  "unless already set)")->check(CLI::Range(1, 32));
   app.add_option("--corrupt-every", o.corrupt_every,
                  "self-test: every Nth call one rank flips a bit of one output after the library "
                  "call; exit 0 only if every such call and no other was flagged (self_test.h)");
-  app.add_flag("--time-segments", o.time_segments,
+  auto* time_segments = app.add_flag("--time-segments", o.time_segments,
                "report where the rank streams spend their time (generate, call, overwrite, check "
                "per pattern; CUDA events with timing)");
   app.add_option("--timeout", o.timeout_seconds, "arfCommConfig_t.timeout_seconds")
@@ -278,6 +312,12 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
     o.algos = std::move(draw.algos);
     o.algo_weights = std::move(draw.weights);
     validate(o, nranks, devices->count() > 0 || nr->count() > 0, hiddens, env);
+    std::vector<std::string> rank_stream_options;
+    for (CLI::Option* opt : {foreign_block, foreign_smem, foreign_grid, time_segments}) {
+      if (opt->count() > 0) rank_stream_options.push_back(opt->get_name());
+    }
+    if (in_flight->count() > 0 && o.in_flight != 1) rank_stream_options.push_back(in_flight->get_name());
+    validate_co_resident(o, rank_stream_options, env);
   } catch (const CLI::ParseError& e) {
     *exit_code = app.exit(e) == 0 ? kChurnOk : kChurnSetup;
     return std::nullopt;

@@ -25,6 +25,10 @@ enum ChurnExit : int {
   kChurnNoGpu = 77,    // no CUDA device: ctest SKIP_RETURN_CODE
 };
 
+// Threads per CTA of the soak's kernels on the side stream of --co-resident (no dynamic shared
+// memory): the small footprint, since the mode is about protocol races, not SM starvation.
+inline constexpr int kCoResidentSideBlock = 256;
+
 inline const std::vector<int64_t> kDefaultHiddens = {128,  1024, 2048,  4096, 5120,
                                                      7168, 8192, 12288, 16384};
 
@@ -57,6 +61,13 @@ struct ChurnOptions {
   int connections = 0;     // CUDA_DEVICE_MAX_CONNECTIONS to force (0: 32 unless already set)
   bool time_segments = false;  // time each piece of a call on the rank streams (segment_times.h)
   uint64_t corrupt_every = 0;  // self-test: corrupt an output of every Nth call (self_test.h)
+
+  // The co-resident test mode (docs/protocol.md): the library without the shared-device gate and
+  // the return wait (ARF_TEST_CO_RESIDENT=1, set by the soak), grids that co-reside, so a peer can
+  // run a call ahead. The soak's kernels then run on a side stream per rank and touch a call's
+  // outputs only once the host saw the call complete; nothing but the library's calls is on the
+  // rank streams, one call in flight.
+  bool co_resident = false;
 
   // Library settings.
   double timeout_seconds = 10;

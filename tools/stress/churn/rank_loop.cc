@@ -101,6 +101,7 @@ class Loop {
       if (k_ % static_cast<uint64_t>(o_.poll_every) == 0 && !healthy()) break;
     }
     out_->issued = k_;
+    if (b_.side_stream != nullptr) (void)cuda_ok(cudaStreamSynchronize(b_.side_stream), "cudaStreamSynchronize(side)");
     if (cuda_ok(cudaStreamSynchronize(b_.stream), "cudaStreamSynchronize")) {
       for (uint64_t k = k_ > depth ? k_ - depth : 0; k < k_; ++k) collect_segments(k % depth);
     }
@@ -126,8 +127,16 @@ class Loop {
     d.counters = b_.counters;
     d.mirror = b_.mirror_device;
     const size_t slot = static_cast<size_t>(k_ % static_cast<uint64_t>(o_.in_flight));
+    // The soak's kernels: on the rank stream, or (--co-resident) on the side stream, ordered with
+    // the call through `generated` before it and the host's wait for `called` after it.
+    const cudaStream_t work = b_.work_stream();
+    const bool side = b_.side_stream != nullptr;
     if (!mark(slot, kSegGenerate)) return false;
-    if (!cuda_ok(launch_generate(d, job_.shape, b_.stream), "generate kernel launch")) return false;
+    if (!cuda_ok(launch_generate(d, job_.shape, work), "generate kernel launch")) return false;
+    if (side && (!cuda_ok(cudaEventRecord(b_.generated, work), "cudaEventRecord(generated)") ||
+                 !cuda_ok(cudaStreamWaitEvent(b_.stream, b_.generated, 0), "cudaStreamWaitEvent(generated)"))) {
+      return false;
+    }
     if (!mark(slot, kSegCall)) return false;
     arfStatus_t st;
     if (c.pattern == Pat::kFlat) {
@@ -145,17 +154,21 @@ class Loop {
                arfGetStatusString(st) + ": " + why);
       return false;
     }
+    if (side && (!cuda_ok(cudaEventRecord(b_.called, b_.stream), "cudaEventRecord(called)") ||
+                 !cuda_ok(cudaEventSynchronize(b_.called), "cudaEventSynchronize(called)"))) {
+      return false;
+    }
     const Corruption bad = corruption_of(k_, o_.corrupt_every, static_cast<uint32_t>(job_.world));
     if (bad.injected && bad.rank == static_cast<uint32_t>(job_.rank) &&
-        !cuda_ok(launch_corrupt(d, bad.output, b_.stream), "corrupt kernel launch (--corrupt-every)")) {
+        !cuda_ok(launch_corrupt(d, bad.output, work), "corrupt kernel launch (--corrupt-every)")) {
       return false;
     }
     if (!mark(slot, kSegOverwrite)) return false;
-    if (!cuda_ok(launch_overwrite(d, job_.shape, b_.stream), "overwrite kernel launch")) return false;
+    if (!cuda_ok(launch_overwrite(d, job_.shape, work), "overwrite kernel launch")) return false;
     if (!mark(slot, kSegCheck)) return false;
-    if (!cuda_ok(launch_check(d, job_.shape, job_.sm_count, b_.stream), "check kernel launch")) return false;
+    if (!cuda_ok(launch_check(d, job_.shape, job_.sm_count, work), "check kernel launch")) return false;
     if (!b_.segment_events.empty()) slot_pattern_[slot] = pat_name(c.pattern);
-    return cuda_ok(cudaEventRecord(ev, b_.stream), "cudaEventRecord");
+    return cuda_ok(cudaEventRecord(ev, work), "cudaEventRecord");
   }
 
   // --time-segments: the event that starts `segment` of the call in ring slot `slot`.

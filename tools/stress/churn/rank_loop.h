@@ -1,5 +1,7 @@
 // One rank's host thread: draws the schedule, and per call enqueues on its own stream
 //   generate -> arfFusedAllReduce / arfAllReduce -> overwrite -> check -> event
+// (--co-resident: generate, overwrite and check on the rank's side stream, the call alone on the
+// rank stream after generate's event, overwrite and check once the host saw the call complete)
 // running up to --in-flight calls ahead of its stream (cudaEventSynchronize on its OWN event of
 // call k - D; never a device-wide synchronization, no gate shared with other ranks). It polls
 // arfCommGetAsyncError every --poll-every calls; on an error it stops issuing, records the message

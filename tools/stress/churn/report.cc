@@ -207,8 +207,8 @@ std::string repeat_line(const RepeatReport& r) {
 }
 
 void print_report(const ChurnOptions& o, const RunReport& r) {
-  std::printf("\n# churn summary (%d ranks%s, %s mix)\n", o.world(), o.processes() ? ", one process per rank" : "",
-              token_mix_name(o.mix));
+  std::printf("\n# churn summary (%d ranks%s, %s mix%s)\n", o.world(), o.processes() ? ", one process per rank" : "",
+              token_mix_name(o.mix), o.co_resident ? ", co-resident test mode" : "");
   for (const RepeatReport& rep : r.repeats) {
     const IssueStats& s = rep.stats;
     std::printf("# repeat %d: %" PRIu64 " calls (%" PRIu64 " skipped) in %.1f s = %.0f calls/s; "
@@ -278,6 +278,7 @@ bool write_json(const std::string& path, const ChurnOptions& o, const RunReport&
   j["max_hidden"] = o.max_hidden;
   j["seed"] = o.seed;
   j["token_mix"] = token_mix_name(o.mix);
+  j["co_resident"] = o.co_resident;  // the co-resident test mode (docs/protocol.md)
   j["in_flight"] = o.in_flight;
   j["skew_us"] = o.skew_us;
   j["foreign"] = {{"block", o.foreign_block}, {"smem_kb", o.foreign_smem_kb}, {"grid", o.foreign_grid},

@@ -100,6 +100,7 @@ std::string Session::setup(RunReport* report) {
   sizes.table_calls = std::max<uint64_t>(1, o_.table_calls);
   sizes.in_flight = o_.in_flight;
   sizes.time_segments = o_.time_segments;
+  sizes.side_stream = o_.co_resident;
   shape_.block = o_.foreign_block;
   shape_.smem_bytes = o_.foreign_smem_kb * 1024;
   int min_sms = 0;
@@ -125,7 +126,8 @@ std::string Session::setup(RunReport* report) {
   }
   shape_.grid = o_.foreign_grid > 0 ? o_.foreign_grid : min_sms;
   report->foreign = "block " + std::to_string(shape_.block) + ", " + std::to_string(shape_.smem_bytes) +
-                    " B dynamic shared memory, generate/overwrite grid " + std::to_string(shape_.grid);
+                    " B dynamic shared memory, generate/overwrite grid " + std::to_string(shape_.grid) +
+                    (o_.co_resident ? ", on a side stream per rank (co-resident test mode)" : "");
   for (size_t i = 0; i < ranks_.size(); ++i) {
     buffers_.push_back(std::make_unique<RankBuffers>());
     if (std::string why = buffers_.back()->allocate(devices_[i], sizes); !why.empty()) {
@@ -138,8 +140,8 @@ std::string Session::setup(RunReport* report) {
   // Warm-up: every foreign kernel runs once per stream before any collective exists.
   for (auto& b : buffers_) {
     if (cudaError_t e = cudaSetDevice(b->device); e != cudaSuccess) return cuda_failed("cudaSetDevice", e);
-    if (cudaError_t e = warm_up_foreign_kernels(shape_, b->stream); e != cudaSuccess) return cuda_failed("warm-up", e);
-    if (cudaError_t e = cudaStreamSynchronize(b->stream); e != cudaSuccess) return cuda_failed("warm-up", e);
+    if (cudaError_t e = warm_up_foreign_kernels(shape_, b->work_stream()); e != cudaSuccess) return cuda_failed("warm-up", e);
+    if (cudaError_t e = cudaStreamSynchronize(b->work_stream()); e != cudaSuccess) return cuda_failed("warm-up", e);
   }
   std::printf("# churn: %d ranks (%s), %s, capacity %lld x %lld, %zu local rank(s); foreign kernels: %s\n",
               o_.world(), o_.processes() ? "one process per rank, ipc" : "one process, local transport",
@@ -201,8 +203,29 @@ std::string Session::probe(RunReport* report) {
   return "";
 }
 
+std::string Session::check_mode() const {
+  arfFusedArgs_t a;
+  arfFusedArgsInit(&a);
+  a.pattern = arfPatternAllReduce;
+  a.dtype = o_.dtype;
+  a.num_tokens = 1;
+  a.hidden = static_cast<size_t>(o_.hiddens.front());
+  arfPlan_t plan;
+  if (arfPlanShape(comms_[0], &a, &plan) != arfSuccess) return std::string("arfPlanShape: ") + arfGetLastErrorString();
+  const bool in_mode = std::string(plan.reason).rfind(kCoResidentReasonPrefix, 0) == 0;
+  if (in_mode == o_.co_resident) return "";
+  return std::string("the communicators are ") + (in_mode ? "" : "not ") +
+         "in the co-resident test mode (plan: \"" + plan.reason + "\"), the soak " +
+         (o_.co_resident ? "asked for it (--co-resident)" : "did not");
+}
+
 std::string Session::run_repeat(int repeat, RunReport* report) {
   if (std::string why = create_comms(repeat); !why.empty()) return why;
+  // A library that ignored the mode would soak the gated protocol while the report says otherwise.
+  if (std::string why = check_mode(); !why.empty()) {
+    destroy_comms();
+    return why;
+  }
   for (auto& b : buffers_) {
     if (std::string why = b->reset(); !why.empty()) return why;
   }

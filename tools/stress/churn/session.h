@@ -23,6 +23,9 @@
 
 namespace arf::churn {
 
+// How a plan's reason starts in the co-resident test mode (docs/protocol.md).
+inline constexpr const char* kCoResidentReasonPrefix = "co-resident test mode";
+
 class Session {
  public:
   explicit Session(const ChurnOptions& o);
@@ -37,6 +40,9 @@ class Session {
   std::string create_comms(int repeat);
   void destroy_comms();
   std::string probe(RunReport* report);
+  // "" when the communicators are in the co-resident test mode exactly when --co-resident asked
+  // for it (their plans' reasons say so), else why not.
+  std::string check_mode() const;
 
   const ChurnOptions& o_;
   std::vector<int> ranks_;    // global rank of each local rank

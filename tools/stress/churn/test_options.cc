@@ -109,6 +109,36 @@ TEST(ChurnOptions, Refusals) {
   EXPECT_EQ(help.code, kChurnOk);
 }
 
+// --co-resident: the soak's kernels leave the rank streams, one call in flight; the options that
+// would put them back (or time them there) are refused, and so is the library's mode without it.
+TEST(ChurnOptions, CoResidentRefusesKernelsOnTheRankStreams) {
+  Parsed p = parse({"--co-resident", "--nranks", "8"});
+  ASSERT_TRUE(p.o);
+  EXPECT_TRUE(p.o->co_resident);
+  EXPECT_EQ(p.o->in_flight, 1);
+  EXPECT_EQ(p.o->foreign_block, kCoResidentSideBlock);
+  EXPECT_EQ(p.o->foreign_smem_kb, 0);
+  EXPECT_FALSE(parse({}).o->co_resident);
+  EXPECT_TRUE(parse({"--co-resident", "--in-flight", "1"}).o);
+  EXPECT_TRUE(parse({"--co-resident", "--corrupt-every", "7", "--calls", "700"}).o);
+  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+           {"--co-resident", "--in-flight", "8"},
+           {"--co-resident", "--foreign-block", "1024"},
+           {"--co-resident", "--foreign-smem-kb", "0"},
+           {"--co-resident", "--foreign-grid", "16"},
+           {"--co-resident", "--time-segments"},
+       }) {
+    const Parsed refused = parse(bad);
+    EXPECT_FALSE(refused.o) << bad[1];
+    EXPECT_EQ(refused.code, kChurnSetup) << bad[1];
+  }
+  // The environment variable the soak sets itself: set from outside without the option, the soak
+  // would run its kernels on the rank streams of a library without the return wait.
+  EXPECT_FALSE(parse({}, {{"ARF_TEST_CO_RESIDENT", "1"}}).o);
+  EXPECT_TRUE(parse({}, {{"ARF_TEST_CO_RESIDENT", "0"}}).o);
+  EXPECT_TRUE(parse({"--co-resident"}, {{"ARF_TEST_CO_RESIDENT", "1"}}).o);
+}
+
 TEST(ChurnOptions, UnderTheLauncher) {
   const std::map<std::string, std::string> env = {
       {"ARF_RENDEZVOUS_ID", "0123456789abcdef0123456789abcdef"}, {"ARF_RANK", "1"}, {"ARF_WORLD_SIZE", "2"}};
