@@ -77,10 +77,14 @@ void validate_co_resident(ChurnOptions& o, const std::vector<std::string>& rank_
     throw CLI::ValidationError("--co-resident",
                                "keeps the soak's kernels off the rank streams (the library's return wait is "
                                "off, so a kernel queued behind a call could block a mate's call in a shared "
-                               "hardware queue), one call in flight, at a fixed small footprint: " + given +
+                               "hardware queue), one call at a time on the rank stream, at a fixed small "
+                               "footprint: " + given +
                                " cannot be combined with it");
   }
-  o.in_flight = 1;
+  // The host waits for each call before it reads the outputs (rank_loop.cc), so the rank stream
+  // holds one call at a time; two ring slots let the host enqueue the next call while the side
+  // stream still checks the last one.
+  o.in_flight = 2;
   o.foreign_block = kCoResidentSideBlock;
   o.foreign_smem_kb = 0;
 }
@@ -256,7 +260,7 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
   app.add_flag("--co-resident", o.co_resident,
                "the co-resident test mode (docs/protocol.md): the library without the shared-device "
                "gate and the return wait, grids that co-reside, so a peer can run a call ahead; the "
-               "soak's kernels on a side stream, one call in flight");
+               "soak's kernels on a side stream, one call at a time on the rank stream");
   app.add_option("--connections", o.connections, "force CUDA_DEVICE_MAX_CONNECTIONS (default: 32 "
                  "unless already set)")->check(CLI::Range(1, 32));
   app.add_option("--corrupt-every", o.corrupt_every,
@@ -316,7 +320,7 @@ std::optional<ChurnOptions> parse_churn_options(int argc, char** argv, int* exit
     for (CLI::Option* opt : {foreign_block, foreign_smem, foreign_grid, time_segments}) {
       if (opt->count() > 0) rank_stream_options.push_back(opt->get_name());
     }
-    if (in_flight->count() > 0 && o.in_flight != 1) rank_stream_options.push_back(in_flight->get_name());
+    if (in_flight->count() > 0) rank_stream_options.push_back(in_flight->get_name());
     validate_co_resident(o, rank_stream_options, env);
   } catch (const CLI::ParseError& e) {
     *exit_code = app.exit(e) == 0 ? kChurnOk : kChurnSetup;

@@ -66,7 +66,7 @@ struct ChurnOptions {
   // the return wait (ARF_TEST_CO_RESIDENT=1, set by the soak), grids that co-reside, so a peer can
   // run a call ahead. The soak's kernels then run on a side stream per rank and touch a call's
   // outputs only once the host saw the call complete; nothing but the library's calls is on the
-  // rank streams, one call in flight.
+  // rank streams, one call at a time on them.
   bool co_resident = false;
 
   // Library settings.

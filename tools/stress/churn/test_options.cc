@@ -109,20 +109,20 @@ TEST(ChurnOptions, Refusals) {
   EXPECT_EQ(help.code, kChurnOk);
 }
 
-// --co-resident: the soak's kernels leave the rank streams, one call in flight; the options that
+// --co-resident: the soak's kernels leave the rank streams, one call at a time there; the options that
 // would put them back (or time them there) are refused, and so is the library's mode without it.
 TEST(ChurnOptions, CoResidentRefusesKernelsOnTheRankStreams) {
   Parsed p = parse({"--co-resident", "--nranks", "8"});
   ASSERT_TRUE(p.o);
   EXPECT_TRUE(p.o->co_resident);
-  EXPECT_EQ(p.o->in_flight, 1);
+  EXPECT_EQ(p.o->in_flight, 2);  // ring slots: the side stream checks one call while the next runs
   EXPECT_EQ(p.o->foreign_block, kCoResidentSideBlock);
   EXPECT_EQ(p.o->foreign_smem_kb, 0);
   EXPECT_FALSE(parse({}).o->co_resident);
-  EXPECT_TRUE(parse({"--co-resident", "--in-flight", "1"}).o);
   EXPECT_TRUE(parse({"--co-resident", "--corrupt-every", "7", "--calls", "700"}).o);
   for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
            {"--co-resident", "--in-flight", "8"},
+           {"--co-resident", "--in-flight", "1"},
            {"--co-resident", "--foreign-block", "1024"},
            {"--co-resident", "--foreign-smem-kb", "0"},
            {"--co-resident", "--foreign-grid", "16"},
