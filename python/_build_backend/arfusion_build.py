@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import pathlib
+import re
 import sysconfig
 import tarfile
 import zipfile
@@ -61,6 +62,26 @@ def _files():
         yield f"{NAME}/include/arfusion/arfusion.h", header.read_bytes()
 
 
+def _entry_points() -> str:
+    """entry_points.txt from pyproject.toml's [tool.arfusion.entry-points."GROUP"] tables (name =
+    "module:function" lines), or "" when there are none. A plain line parser: tomllib is not in
+    every Python this backend runs on."""
+    out, group = [], None
+    for raw in (HERE / "pyproject.toml").read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("["):
+            m = re.fullmatch(r'\[tool\.arfusion\.entry-points\."([^"]+)"\]', line)
+            group = m.group(1) if m else None
+            if group:
+                out.append(f"[{group}]")
+        elif group and line:
+            m = re.fullmatch(r'([A-Za-z0-9_.-]+)\s*=\s*"([^"]+)"', line)
+            if not m:
+                raise RuntimeError(f"arfusion_build: pyproject.toml: cannot read entry point {raw!r}")
+            out.append(f"{m.group(1)} = {m.group(2)}")
+    return "\n".join(out) + "\n" if out else ""
+
+
 def _record_hash(data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return f"sha256={digest}"
@@ -99,6 +120,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     entries.append((f"{dist_info}/METADATA", _metadata(version).encode()))
     entries.append((f"{dist_info}/WHEEL", wheel_meta.encode()))
     entries.append((f"{dist_info}/top_level.txt", f"{NAME}\n".encode()))
+    if _entry_points():
+        entries.append((f"{dist_info}/entry_points.txt", _entry_points().encode()))
     record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in entries)
     record += f"{dist_info}/RECORD,,\n"
     filename = f"{NAME}-{version}-{tag}.whl"
