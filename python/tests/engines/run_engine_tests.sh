@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# An engine's CPU tests (ctest engine_vllm_cpu / engine_sglang_cpu, label cpu):
+#   bash python/tests/engines/run_engine_tests.sh vllm|sglang
+# In the engine's cached venv (engine_venv.sh; never made here: without it this exits 77 with
+# "SKIPPED: <engine> not installed ..."), installs this tree's arfusion package with its one
+# install command, then runs python/tests/engines/test_<engine>*.py from outside the source tree
+# against the installed package (its entry points included).
+# $ARFUSION_LIBRARY: the libarfusion.so the package is built with (ctest passes its build's).
+set -uo pipefail
+engine=${1:?usage: run_engine_tests.sh vllm|sglang}
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../../.." && pwd)"
+venv=$(bash "$here/engine_venv.sh" --cached "$engine" | tail -1)
+status=${PIPESTATUS[0]}
+if ((status != 0)); then
+  [[ $venv == SKIPPED:* ]] && echo "$venv"
+  exit "$status"
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if ! (cd "$repo" && "$venv/bin/python" -m pip install --no-build-isolation --no-deps \
+        --force-reinstall --disable-pip-version-check ./python) >"$work/install.log" 2>&1; then
+  cat "$work/install.log"
+  echo "FAILED: pip install --no-build-isolation ./python (into $venv)"
+  exit 1
+fi
+"$venv/bin/python" -c "import $engine, torch; print('run_engine_tests: $engine', $engine.__version__, 'with torch', torch.__version__)"
+cd "$work" && exec env -u PYTHONPATH -u ARFUSION_LIBRARY -u ARFUSION_VLLM \
+  "$venv/bin/python" -m unittest discover -s "$here" -t "$here" -p "test_${engine}*.py" -v
