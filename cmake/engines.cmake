@@ -19,3 +19,10 @@ foreach(engine vllm sglang)
     TIMEOUT 1800 RESOURCE_LOCK arfusion_python_package
     ENVIRONMENT "ARFUSION_LIBRARY=$<TARGET_FILE:${ARF_SHARED_LIBRARY_TARGET}>")
 endforeach()
+
+# The SGLang drop-in on a GPU (label gpu): examples/sglang/run_example.sh, 2 ranks sharing a GPU,
+# bit for bit against the unfused algorithm (exit 77 = skipped: no torch with CUDA, or no GPU).
+add_test(NAME sglang_drop_in_example
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/examples/sglang/run_example.sh)
+set_tests_properties(sglang_drop_in_example PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600
+  ENVIRONMENT "ARFUSION_LIBRARY=$<TARGET_FILE:${ARF_SHARED_LIBRARY_TARGET}>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python")
