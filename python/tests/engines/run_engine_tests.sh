@@ -18,6 +18,9 @@ if ((status != 0)); then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# A build directory per engine: each venv's torch differs from the others' (and from the torch
+# venvs'), so a shared one would rebuild whatever is built against torch on every switch.
+export ARFUSION_BUILD_DIR="${ARFUSION_BUILD_DIR:-$repo/build-python-$engine}"
 if ! (cd "$repo" && "$venv/bin/python" -m pip install --no-build-isolation --no-deps \
         --force-reinstall --disable-pip-version-check ./python) >"$work/install.log" 2>&1; then
   cat "$work/install.log"
