@@ -120,6 +120,24 @@ class PassInVllmPassManager(unittest.TestCase):
         av.install_pass(cfg, vs.facts(max_tokens=1024), group_name=vs.GROUP)
         self.assertNotEqual(compute_env_and_config_hashes(cfg)[1], keys[0])
 
+    def test_max_tokens_setting_splits_the_compile_ranges(self):
+        import os
+        from unittest import mock
+
+        cfg = vs.config()
+        budget = cfg.scheduler_config.max_num_batched_tokens
+        with mock.patch.dict(os.environ, {av.MAX_TOKENS_ENV: "512"}):
+            self.assertEqual(av._max_tokens(cfg), 512)
+            av._split_compile_ranges(cfg, 512)
+        self.assertIn(512, cfg.compilation_config.compile_ranges_endpoints)
+        self.assertIn(Range(1, 512), cfg.compilation_config.get_compile_ranges())
+        with mock.patch.dict(os.environ, {av.MAX_TOKENS_ENV: str(10 * budget)}):
+            self.assertEqual(av._max_tokens(cfg), budget)
+        for bad in ("many", "0"):
+            with mock.patch.dict(os.environ, {av.MAX_TOKENS_ENV: bad}):
+                with self.assertRaises(av.ArfusionVllmError):
+                    av._max_tokens(cfg)
+
     def test_refuses_what_it_cannot_fuse(self):
         cfg = vs.config(mode=CompilationMode.NONE)
         with self.assertRaisesRegex(av.ArfusionVllmError, "VLLM_COMPILE"):
