@@ -30,12 +30,16 @@ LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
          "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
 
 
+# vLLM's engine arguments of both runs (random weights, token ids in and out, 2-way TP)
+ENGINE_ARGS = dict(load_format="dummy", tensor_parallel_size=2, dtype="bfloat16",
+                   skip_tokenizer_init=True, max_num_batched_tokens=2048, max_model_len=1024,
+                   seed=0, gpu_memory_utilization=0.5)
+
+
 def run(mode: str, model_dir: str) -> None:
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=model_dir, load_format="dummy", tensor_parallel_size=2, dtype="bfloat16",
-              skip_tokenizer_init=True, max_num_batched_tokens=2048, max_model_len=1024, seed=0,
-              gpu_memory_utilization=0.5)
+    llm = LLM(model=model_dir, **ENGINE_ARGS)
     prompts = [{"prompt_token_ids": [(7 * i + 13 * j) % 32000 for j in range(16 + i)]}
                for i in range(8)]
     outs = llm.generate(prompts, SamplingParams(max_tokens=32, temperature=0.0,

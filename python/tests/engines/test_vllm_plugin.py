@@ -110,6 +110,31 @@ class HookPoint(unittest.TestCase):
         self.assertIn("init_device", vars(module.ArfusionWorker))
 
 
+    def test_offline_check_example_arguments(self):
+        """examples/vllm/offline_check.py (the GPU check) passes vLLM only arguments this vLLM
+        has: EngineArgs fields, and SamplingParams' detokenize."""
+        import ast
+        import dataclasses
+
+        from vllm import SamplingParams
+        from vllm.engine.arg_utils import EngineArgs
+
+        path = os.path.join(HERE, "..", "..", "..", "examples", "vllm", "offline_check.py")
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        (node,) = [n for n in tree.body if isinstance(n, ast.Assign)
+                   and getattr(n.targets[0], "id", None) == "ENGINE_ARGS"]
+        names = {k.arg for k in node.value.keywords}
+        self.assertLessEqual(names, {f.name for f in dataclasses.fields(EngineArgs)})
+        self.assertIn("detokenize", inspect_parameters(SamplingParams))
+
+
+def inspect_parameters(cls) -> set:
+    import inspect
+
+    return set(inspect.signature(cls).parameters)
+
+
 class Switch(unittest.TestCase):
     def test_off_is_a_no_op(self):
         for value in (None, "0", ""):
