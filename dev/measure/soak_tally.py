@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Tally of the engine-like churn soak toward its target, across runs.
+"""Tally of the soak (arfusion-stress) toward its target, across runs.
 
     python3 dev/measure/soak_tally.py [PATH ...] [--json OUT]
 
-PATH: churn JSON files (`arfusion-stress churn -J`) or directories searched for `churn*.json`
-(default: bench/results). Runs are pooled only where they soaked the same library: the same git
+PATH: the soak's JSON reports (`arfusion-stress -J`) or directories searched for `stress*.json`
+and `churn*.json` (default: bench/results). A report is one of format 2 (bench/results/SCHEMA.md):
+`"tool": "arfusion-stress"` with `"format": 2`, or `"tool": "arfusion-stress churn"` (the same
+keys); any other file is left out. Runs are pooled only where they soaked the same library: the same git
 objects of src/, include/ and the kernel-unit CMake files at the run's commit (the JSON's `git_commit`, or
 for older files the commit suffix of the results folder, `<date>-<purpose>-<commit>/`). A commit
 git does not know pools under its own name.
@@ -30,9 +32,9 @@ target.
 
 Both token mixes (`token_mix`: engine, or volume: fewer bytes per call, the same kinds of call;
 files from before the option are engine) pool together, with the calls of each shown: the
-full-capacity and tiny-after-large counts say what the pooled calls covered. Only `churn*.json`
-files count: runs kept for the record that broke the header's usage rules (e.g. two worlds' soaks
-at once on one GPU, `rule_break_*`) are not soak volume.
+full-capacity and tiny-after-large counts say what the pooled calls covered. Only `stress*.json` and
+`churn*.json` files count: runs kept for the record that broke the header's usage rules (e.g. two
+worlds' soaks at once on one GPU, `rule_break_*`) are not soak volume.
 """
 import argparse
 import json
@@ -73,6 +75,13 @@ def commit_of(path, doc):
     return m.group(1) if m else ""
 
 
+def is_soak_report(doc):
+    """A report of format 2: the soak's (`arfusion-stress` with "format": 2, or the same keys under
+    the tool name `arfusion-stress churn`)."""
+    tool = doc.get("tool")
+    return tool == "arfusion-stress churn" or (tool == "arfusion-stress" and doc.get("format") == 2)
+
+
 def run_is_clean(doc, rep):
     if doc.get("exit_code", 1) != 0 or doc.get("setup_error"):
         return False
@@ -105,7 +114,7 @@ def find_files(paths):
         if os.path.isdir(p):
             for root, _, names in os.walk(p):
                 for n in sorted(names):
-                    if n.startswith("churn") and n.endswith(".json"):
+                    if n.startswith(("stress", "churn")) and n.endswith(".json"):
                         yield os.path.join(root, n)
         else:
             yield p
@@ -116,7 +125,7 @@ def tally(files, identity=library_identity):
     for path in files:
         with open(path) as f:
             doc = json.load(f)
-        if doc.get("tool") != "arfusion-stress churn":
+        if not is_soak_report(doc):
             continue
         if doc.get("processes") and doc.get("rank", 0) not in (0, -1):
             continue  # another rank's copy of the same calls

@@ -1,4 +1,4 @@
-// One rank of a multi-process run of a tool (arfusion-bench, arfusion-stress) started by
+// One rank of a multi-process run of arfusion-bench started by
 // arfusion-run (one process per rank, the ipc transport, as engines run). The rank processes need a
 // host channel of their own for what an in-process run shares through memory: barriers before
 // timed regions, agreement after a failure, per-rank results (times, check counts, output hashes).

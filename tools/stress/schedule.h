@@ -1,162 +1,145 @@
-// The soak's call sequence: which algorithm, pattern, token count and data every call uses.
+// The soak's call schedule: a pure function of (seed, options, planner answers), drawn
+// identically by every rank (each rank thread, or each process, runs its own Generator), so the
+// ranks issue the same collective sequence without talking to each other.
 //
-// Why it looks like this: a missing-barrier bug shipped in AMD's AITER hid because
-// unit tests repeated one shape with one grid. So the token count changes on EVERY call, and the
-// sequence visits both sides of every dispatch boundary — every token count at which arfPlan's
-// algorithm, inner all-reduce, kernel count, grid or block changes — of every (algorithm, pattern)
-// combination, interleaved with log-uniform random counts. Boundaries are not hard-coded: they are
-// found by probing the planner of the communicator under test (DispatchMap::probe), so a policy
-// change moves the soak with it.
+// Every call draws NEW values for everything a real engine varies (call_spec.h): pattern,
+// algorithm, hidden (never the previous call's), tokens, aliasing, NULL residual, gamma dtype and
+// offset, eps, norm rounding, per-rank residual/gamma, quantization layout/format/fallback. The
+// token mix: ~40% tiny (1..8), ~30% log-uniform 1..max_tokens, ~15% on either side of an arfPlan
+// change (BoundaryTable, probed from the planner of the communicator under test, not hard-coded),
+// ~15% full capacity (max_tokens at the largest hidden); after a large call, half the time a 1..4
+// token call and then a large one ("tiny after large": the Lamport buffer of the big call is being
+// cleared while the tiny one runs).
 //
-// Everything here is a pure function of (options, dispatch map): every rank thread builds its own
-// Schedule and draws the same sequence, which is what keeps the ranks' calls identical (a
-// collective requirement) without any exchange between rank threads.
+// The volume mix (TokenMix::kVolume) keeps every kind of call but spends fewer bytes per call, so a
+// shared GPU soaks more calls per second (where ranks share a GPU, full-capacity calls, ~64 MiB per
+// rank at the default capacity, take most of the device time): of the ~15% full-capacity draws,
+// 2% of all calls stay full capacity and the rest become "full grid" calls (the fewest tokens at which the plan reaches its largest grid,
+// at any hidden: every CTA busy, the per-CTA state of the whole grid in use); the large call after
+// a tiny one is full grid at the largest hidden, or 1 time in 4 what the engine mix draws; and a
+// call at full grid counts as large for starting a tiny-after-large pair. Grid transitions, the
+// protocol's concern, stay as frequent; large byte counts (clears, bounds) become rarer.
+//
+// A call the planner refuses is first retried with the default fallback level, then with the
+// default scale layout/format; still refused, it is marked skipped (the same on every rank).
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <random>
-#include <string>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "arfusion/arfusion.h"
+#include "call_spec.h"
 
 namespace arf::stress {
 
-// What arfPlan answered for one (algorithm, pattern, tokens). ok == false: not runnable.
-struct PlanPoint {
+// What the planner said about one call. ok == false: it cannot run.
+struct PlanInfo {
   bool ok = false;
   arfAlgorithm_t algorithm = arfAlgoAuto;
   arfAlgorithm_t inner = arfAlgoAuto;
-  int num_kernels = 0;
+  int kernels = 0;
   int grid = 0;
   int block = 0;
-
-  bool same_dispatch(const PlanPoint& o) const {
-    return ok == o.ok && algorithm == o.algorithm && inner == o.inner &&
-           num_kernels == o.num_kernels && grid == o.grid && block == o.block;
+  int fallback_level = 0;
+  bool same_dispatch(const PlanInfo& o) const {
+    return ok == o.ok && algorithm == o.algorithm && inner == o.inner && kernels == o.kernels &&
+           grid == o.grid && block == o.block && fallback_level == o.fallback_level;
   }
 };
 
-struct Combo {
-  arfAlgorithm_t algorithm = arfAlgoAuto;
-  arfPattern_t pattern = arfPatternResidualRmsNorm;
-};
-std::string combo_name(const Combo& combo);  // "twoshot/residual_rmsnorm"
+// arfPlanShape on the communicator under test (rank threads), or arfPlanFromFacts (tests).
+using PlanOracle = std::function<PlanInfo(const CallSpec&)>;
+// The oracle of arfPlanFromFacts / arfPlanShape-style functions, for a given dtype.
+PlanInfo plan_info_from(arfStatus_t status, const arfPlan_t& plan);
 
-using PlanProbe = std::function<PlanPoint(const Combo& combo, int64_t tokens)>;
-
-// arfPlan's answer for every combination and every token count 1..max_tokens.
-class DispatchMap {
- public:
-  DispatchMap() = default;
-  static DispatchMap probe(const std::vector<Combo>& combos, int64_t max_tokens,
-                           const PlanProbe& plan);
-
-  const std::vector<Combo>& combos() const { return combos_; }
-  int64_t max_tokens() const { return max_tokens_; }
-  const PlanPoint& plan(size_t combo, int64_t tokens) const {
-    return plans_[combo][static_cast<size_t>(tokens - 1)];
-  }
-  bool feasible(size_t combo, int64_t tokens) const {
-    return tokens >= 1 && tokens <= max_tokens_ && plan(combo, tokens).ok;
-  }
-  // Feasible token counts on either side of a dispatch change, plus the smallest and largest
-  // feasible counts; sorted, unique.
-  const std::vector<int64_t>& boundaries(size_t combo) const { return boundaries_[combo]; }
-  size_t num_boundary_points() const;
-
- private:
-  std::vector<Combo> combos_;
-  int64_t max_tokens_ = 0;
-  std::vector<std::vector<PlanPoint>> plans_;       // [combo][tokens - 1]
-  std::vector<std::vector<int64_t>> boundaries_;   // [combo]
-};
-
-// The gamma a call's residual_rmsnorm uses: activation dtype or fp32, and (1 + gamma) or gamma.
-// Fixed per data set (set index % kGammaKinds), so the reference is computed once per set.
-inline constexpr int kGammaKinds = 4;
-inline bool gamma_fp32(int kind) { return (kind & 1) != 0; }
-inline bool gamma_plus_one(int kind) { return (kind & 2) != 0; }
-
-// One call of the schedule: its shape and where its data comes from. A schedule entry rather than
-// the call kit's spec (tools/common/callkit/): the soak's data lives in rings of sets (set,
-// row_offset) and is checked against precomputed rows, never drawn per call; calls.cc turns an
-// entry into the kit's spec for the library's arguments.
-struct CallSpec {
-  uint64_t index = 0;  // global call number, 0-based
-  size_t combo = 0;    // into DispatchMap::combos()
-  arfAlgorithm_t algorithm = arfAlgoAuto;
-  arfPattern_t pattern = arfPatternResidualRmsNorm;
-  int64_t tokens = 1;
-  int gamma_kind = 0;      // set % kGammaKinds
-  int set = 0;             // data set of the ring
-  int64_t row_offset = 0;  // first row of the set this call uses
-  uint32_t clobber_salt = 0;  // varies what the consumer writes over the inputs
-};
-
-// One host-side step of a rank: one eager call, or one replay of a captured graph.
-struct StepSpec {
-  int64_t step = 0;
-  int graph = -1;  // -1: eager
-  std::vector<CallSpec> calls;
-};
+// How token counts are drawn (see above): kEngine as an engine's calls come, kVolume for volume
+// on a shared GPU.
+enum class TokenMix : uint8_t { kEngine, kVolume };
+const char* token_mix_name(TokenMix m);
 
 struct ScheduleOptions {
   uint64_t seed = 1;
-  int num_sets = 8;        // data sets in the ring (a multiple of kGammaKinds)
-  int64_t set_rows = 0;    // rows per set (>= max_tokens)
-  int num_graphs = 0;      // 0: eager only
-  int window = 4;          // calls per captured graph
-  int eager_per_4_steps = 1;  // graph mode: this many of every 4 steps (on average) are eager
+  arfDataType_t dtype = arfBFloat16;
+  std::vector<Pat> patterns;
+  std::vector<arfAlgorithm_t> algos;
+  // Parallel to algos, each > 0 (empty: all 1). Weights let a soak aim its volume: the unfused
+  // path also runs the forced fused calls that fall back, so at equal weights it gets more calls.
+  std::vector<uint32_t> algo_weights;
+  std::vector<int64_t> hiddens;  // ascending, multiples of 8, <= max_hidden
+  int64_t max_tokens = 2048;
+  TokenMix mix = TokenMix::kEngine;
 };
 
-// Shapes (combo + token count + gamma kind) in the order described at the top of this file.
-class ShapeSource {
+// The hiddens a pattern may use: multiples of its quantization block (128 / 16 / 32).
+std::vector<int64_t> hiddens_for(Pat p, const std::vector<int64_t>& hiddens);
+
+// Token counts on either side of every change of arfPlan's answer (ok, algorithm, inner
+// all-reduce, kernel count, grid, block, fallback level) over tokens 1..max_tokens, plus the
+// smallest and largest runnable count, for each (pattern, algorithm, hidden). Flat calls use
+// allreduce/auto's.
+class BoundaryTable {
  public:
-  ShapeSource(const DispatchMap& map, uint64_t seed);
-  // Next shape; tokens differ from the previous shape's whenever max feasible tokens > 1.
+  static BoundaryTable probe(const ScheduleOptions& o, const PlanOracle& oracle);
+  const std::vector<int64_t>& at(Pat p, arfAlgorithm_t a, int64_t hidden) const;
+  // The fewest tokens whose plan has the largest grid seen over 1..max_tokens (0: never runs).
+  int64_t full_grid_tokens(Pat p, arfAlgorithm_t a, int64_t hidden) const;
+  size_t num_points() const;
+  size_t num_combinations() const { return table_.size(); }
+  // (pattern, algorithm, hidden) -> boundaries, for --list-boundaries.
+  const std::map<std::tuple<int, int, int64_t>, std::vector<int64_t>>& entries() const { return table_; }
+
+ private:
+  std::map<std::tuple<int, int, int64_t>, std::vector<int64_t>> table_;
+  std::map<std::tuple<int, int, int64_t>, int64_t> full_grid_;
+  std::vector<int64_t> empty_;
+};
+
+// splitmix64 stream with explicit integer arithmetic (no std distributions: their results are
+// implementation-defined, and the schedule must not depend on the standard library's choice).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next();
+  uint64_t below(uint64_t n);                 // uniform in [0, n), n > 0
+  bool chance(uint32_t num, uint32_t den);    // probability num/den
+  int64_t log_uniform(int64_t lo, int64_t hi);  // log-uniform integer in [lo, hi]
+  template <class T>
+  const T& pick(const std::vector<T>& v) { return v[below(v.size())]; }
+  // Index i with probability weights[i] / sum; with every weight 1 the same index (and the same
+  // draws from the stream) as pick over as many items, so unweighted schedules do not change.
+  size_t pick_weighted(const std::vector<uint32_t>& weights);
+
+ private:
+  uint64_t state_;
+};
+
+class Generator {
+ public:
+  Generator(const ScheduleOptions& o, const BoundaryTable* table, PlanOracle oracle);
+  // The next call (index left 0: the rank loop numbers issued calls).
   CallSpec next();
-  // The token count of the call issued last (graph replays issue shapes drawn long before).
-  int64_t last_tokens() const { return last_tokens_; }
-  void set_last_tokens(int64_t tokens) { last_tokens_ = tokens; }
 
  private:
-  size_t next_combo();
-  int64_t next_tokens(size_t combo);
-  int64_t random_feasible_tokens(size_t combo);
+  void draw_tokens(CallSpec* c, const std::vector<int64_t>& hiddens);
+  // The volume mix's large call: full grid, or 1 time in 4 the engine mix's (max_tokens, or half
+  // to all of it).
+  void draw_large_volume(CallSpec* c);
+  void draw_options(CallSpec* c);
+  void plan(CallSpec* c);
 
-  const DispatchMap* map_;
-  std::mt19937_64 rng_;
-  std::vector<size_t> combo_deck_;
-  std::vector<std::vector<int64_t>> boundary_decks_;  // [combo], consumed from the back
-  std::vector<uint64_t> draws_;                       // [combo]: shapes drawn so far
-  int64_t last_tokens_ = 0;
-  size_t last_combo_ = SIZE_MAX;
+  ScheduleOptions o_;
+  const BoundaryTable* table_;
+  PlanOracle oracle_;
+  Rng rng_;
+  int64_t previous_hidden_ = 0;
+  int pending_ = 0;  // 1: next is tiny-after-large, 2: next is large-after-tiny
+  int64_t capacity_elems_ = 0;
 };
 
-class Schedule {
- public:
-  Schedule(const DispatchMap& map, const ScheduleOptions& options);
-
-  // The windows captured into graphs (shapes only; data is drawn per replay). Empty when eager.
-  const std::vector<std::vector<CallSpec>>& graph_windows() const { return windows_; }
-  // Steps in order, from step 0 up. Deterministic, so a call budget ("stop before the step whose
-  // first call index is >= N") ends every rank at the same step.
-  StepSpec next_step();
-
- private:
-  void draw_data(CallSpec* call);
-  int pick_graph();
-
-  const DispatchMap* map_;
-  ScheduleOptions options_;
-  ShapeSource shapes_;
-  std::mt19937_64 rng_;
-  std::vector<std::vector<CallSpec>> windows_;
-  int64_t next_step_ = 0;
-  uint64_t next_call_ = 0;
-  int last_set_ = -1;
-};
+// Fills a call's plan fields from the oracle; false if it cannot run (then skipped is set).
+bool apply_plan(CallSpec* c, const PlanOracle& oracle);
 
 }  // namespace arf::stress

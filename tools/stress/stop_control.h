@@ -1,30 +1,32 @@
-// Ends a soak at one common step on every rank when a stop is requested at an arbitrary moment (time
-// budget, first wrong call, Ctrl-C, a failure): a rank that stopped one step earlier than its peers
-// would leave them spinning in a collective it never joins. Host-only, unit-tested.
+// Every rank stops after the SAME call, whatever asked for the stop (time budget, Ctrl-C, an
+// error on one rank): a rank that issued one call more than its peers would stall in it until the
+// bounded wait expires, which would be reported as a timeout that the soak itself caused.
+//
+// Contract: a rank thread asks may_issue(k, n) before issuing its calls k .. k+n-1 (one step: an
+// eager call, or a graph replay of n calls; steps in order, the same steps on every rank). A stop
+// fixes the limit at one past the largest call any rank was already granted, so every rank issues
+// exactly calls 0 .. limit-1 and no granted call is ever taken back.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <memory>
+#include <mutex>
+#include <string>
 
 namespace arf::stress {
 
 class StopControl {
  public:
-  explicit StopControl(int world);
-  // Rank `rank`, before step `step` (increasing). True: run it. After a request, every rank runs
-  // exactly the steps below one common bound (it may spin briefly while the bound is published).
-  bool may_run(int rank, int64_t step);
-  // Any thread, any number of times.
-  void request();
-  bool requested() const { return requested_.load(); }
+  bool may_issue(uint64_t k, uint64_t n = 1);
+  void request_stop(const std::string& reason);  // the first reason is kept
+  bool stop_requested() const;
+  uint64_t limit() const;                        // UINT64_MAX while no stop was requested
+  std::string reason() const;
 
  private:
-  static constexpr int64_t kUnset = INT64_MIN;
-  int world_;
-  std::unique_ptr<std::atomic<int64_t>[]> announced_;  // [rank]: last step it considered
-  std::atomic<bool> requested_{false};
-  std::atomic<int64_t> stop_at_{kUnset};
+  mutable std::mutex mutex_;
+  uint64_t granted_ = 0;  // one past the largest k granted
+  uint64_t limit_ = UINT64_MAX;
+  std::string reason_;
 };
 
 }  // namespace arf::stress

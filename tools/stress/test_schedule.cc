@@ -1,270 +1,366 @@
-// CPU tests of the soak's sequence (schedule.h), its common stop (stop_control.h) and its command
-// line (args.h). A synthetic planner stands in for arfPlan: what matters is how boundaries are
-// found and visited, not where today's policy puts them.
+// CPU tests of the soak's schedule (schedule.h): determinism across "ranks" (independent
+// generators), the token mix, the hidden rule, the tiny-after-large transitions, the probed
+// boundaries, skipping, and the stop rule. The planner is the library's arfPlanFromFacts, which
+// needs no GPU.
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <thread>
-#include <vector>
 
-#include "args.h"
+#include "replay_csv.h"
 #include "schedule.h"
+#include "stats.h"
 #include "stop_control.h"
 
 namespace arf::stress {
 namespace {
 
-constexpr int64_t kMaxTokens = 300;
-
-// Combo 0 switches algorithm at 64/65 and its grid is min(tokens, 33); combo 1 only runs up to
-// 250 tokens and changes its block at 128/129.
-PlanPoint fake_plan(const Combo& combo, int64_t tokens) {
-  PlanPoint p;
-  if (combo.algorithm == arfAlgoAuto) {
-    p = {true, tokens <= 64 ? arfAlgoOneshotLamport : arfAlgoTwoshot, arfAlgoAuto, 1,
-         static_cast<int>(std::min<int64_t>(tokens, 33)), 512};
-    return p;
-  }
-  if (tokens > 250) return p;
-  return {true, arfAlgoOneshotPull, arfAlgoOneshotPull, 1, 33, tokens <= 128 ? 256 : 512};
+arfPlanFacts_t facts(int world, int64_t max_tokens, int64_t max_hidden) {
+  arfPlanFacts_t f;
+  arfPlanFactsInit(&f);
+  f.world_size = world;
+  f.max_tokens = static_cast<size_t>(max_tokens);
+  f.max_hidden = static_cast<size_t>(max_hidden);
+  f.ranks_per_device = world;  // virtual ranks on one GPU
+  f.sm_count = 132;
+  return f;
 }
 
-DispatchMap fake_map() {
-  return DispatchMap::probe({{arfAlgoAuto, arfPatternResidualRmsNorm},
-                             {arfAlgoOneshotPull, arfPatternAllReduce}},
-                            kMaxTokens, fake_plan);
+PlanOracle facts_oracle(const arfPlanFacts_t f) {
+  return [f](const CallSpec& c) {
+    const arfFusedArgs_t a = shape_args(c, f.dtype);
+    arfPlan_t p;
+    return plan_info_from(arfPlanFromFacts(&f, &a, &p), p);
+  };
 }
 
-TEST(DispatchMap, BothSidesOfEveryChangeAndTheEnds) {
-  const DispatchMap map = fake_map();
-  std::vector<int64_t> want0;
-  for (int64_t t = 1; t <= 33; ++t) want0.push_back(t);  // the grid grows with every token
-  want0.insert(want0.end(), {64, 65, kMaxTokens});
-  EXPECT_EQ(map.boundaries(0), want0);
-  // 251 is not runnable: only the runnable side of that change is a boundary.
-  EXPECT_EQ(map.boundaries(1), (std::vector<int64_t>{1, 128, 129, 250}));
-  EXPECT_FALSE(map.feasible(1, 251));
-  EXPECT_TRUE(map.feasible(1, 250));
-  EXPECT_EQ(map.num_boundary_points(), want0.size() + 4);
-}
-
-TEST(ShapeSource, VisitsEveryBoundaryChangesTokensEveryCallStaysFeasible) {
-  const DispatchMap map = fake_map();
-  ShapeSource shapes(map, 7);
-  std::map<size_t, std::set<int64_t>> seen;
-  int64_t previous = 0;
-  for (int i = 0; i < 400; ++i) {
-    const CallSpec call = shapes.next();
-    ASSERT_TRUE(map.feasible(call.combo, call.tokens)) << i;
-    ASSERT_NE(call.tokens, previous) << "call " << i << " repeats the token count";
-    ASSERT_GE(call.gamma_kind, 0);
-    ASSERT_LT(call.gamma_kind, kGammaKinds);
-    previous = call.tokens;
-    seen[call.combo].insert(call.tokens);
-  }
-  for (size_t c = 0; c < 2; ++c) {
-    for (int64_t t : map.boundaries(c)) EXPECT_TRUE(seen[c].count(t)) << "combo " << c << " t " << t;
-  }
-  // The random half reaches past the boundaries too.
-  EXPECT_GT(seen[0].size(), map.boundaries(0).size());
-}
-
-TEST(Schedule, IdenticalOnEveryRankAndDataRulesHold) {
-  const DispatchMap map = fake_map();
+ScheduleOptions options(int64_t max_tokens = 256) {
   ScheduleOptions o;
-  o.seed = 11;
-  o.num_sets = 8;
-  o.set_rows = kMaxTokens + 64;
-  Schedule a(map, o), b(map, o);
-  int last_set = -1;
-  uint64_t next_index = 0;
-  for (int s = 0; s < 300; ++s) {
-    const StepSpec x = a.next_step(), y = b.next_step();
-    ASSERT_EQ(x.step, s);
-    ASSERT_EQ(x.calls.size(), 1u);  // eager
-    const CallSpec& c = x.calls[0];
-    const CallSpec& d = y.calls[0];
-    ASSERT_EQ(std::make_tuple(c.index, c.combo, c.tokens, c.set, c.row_offset, c.gamma_kind,
-                              c.clobber_salt),
-              std::make_tuple(d.index, d.combo, d.tokens, d.set, d.row_offset, d.gamma_kind,
-                              d.clobber_salt));
-    EXPECT_EQ(c.index, next_index++);
-    EXPECT_NE(c.set, last_set);
-    EXPECT_EQ(c.set % kGammaKinds, c.gamma_kind);  // the set's reference used this gamma
-    EXPECT_GE(c.row_offset, 0);
-    EXPECT_LE(c.row_offset + c.tokens, o.set_rows);
-    last_set = c.set;
-  }
+  o.seed = 42;
+  o.patterns = {Pat::kAllReduce, Pat::kFlat, Pat::kResidualRmsNorm, Pat::kFp8Token, Pat::kFp8Group,
+                Pat::kNvfp4, Pat::kMxfp4, Pat::kFp8Tensor};
+  o.algos = {arfAlgoAuto, arfAlgoOneshotLamport, arfAlgoOneshotPull, arfAlgoTwoshot, arfAlgoUnfused};
+  o.hiddens = {128, 1024, 2048, 4096, 5120, 7168, 8192};
+  o.max_tokens = max_tokens;
+  return o;
 }
 
-TEST(Schedule, GraphModeReplaysFixedShapesWithFreshData) {
-  const DispatchMap map = fake_map();
-  ScheduleOptions o;
-  o.seed = 3;
-  o.set_rows = kMaxTokens + 64;
-  o.num_graphs = 3;
-  o.window = 4;
-  Schedule schedule(map, o);
-  ASSERT_EQ(schedule.graph_windows().size(), 3u);
-  int graphs = 0, eager = 0;
-  std::map<int, std::set<std::pair<int, int64_t>>> data_per_graph;
-  uint64_t next_index = 0;
-  for (int s = 0; s < 400; ++s) {
-    const StepSpec step = schedule.next_step();
-    for (const CallSpec& c : step.calls) EXPECT_EQ(c.index, next_index++);
-    if (step.graph < 0) {
-      ++eager;
-      continue;
+struct Fixture {
+  ScheduleOptions o = options();
+  arfPlanFacts_t f = facts(2, o.max_tokens, 8192);
+  PlanOracle oracle = facts_oracle(f);
+  BoundaryTable table = BoundaryTable::probe(o, oracle);
+};
+
+TEST(StressSchedule, IdenticalOnEveryRankAndSeedDependent) {
+  Fixture fx;
+  Generator rank0(fx.o, &fx.table, fx.oracle), rank1(fx.o, &fx.table, facts_oracle(fx.f));
+  ScheduleOptions other = fx.o;
+  other.seed = 43;
+  Generator different(other, &fx.table, fx.oracle);
+  int same_as_other_seed = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const std::string a = replay_csv_row(rank0.next());
+    ASSERT_EQ(a, replay_csv_row(rank1.next())) << "call " << i;
+    same_as_other_seed += a == replay_csv_row(different.next());
+  }
+  EXPECT_LT(same_as_other_seed, 40);
+}
+
+// Weights move the draw between algorithms and nothing else; weights all 1 are the unweighted
+// schedule call for call (a seed's replay does not depend on whether weights were spelled out).
+TEST(StressSchedule, AlgorithmWeights) {
+  Fixture fx;
+  ScheduleOptions ones = fx.o;
+  ones.algo_weights.assign(ones.algos.size(), 1);
+  Generator plain(fx.o, &fx.table, fx.oracle), spelled(ones, &fx.table, fx.oracle);
+  for (int i = 0; i < 4000; ++i) ASSERT_EQ(replay_csv_row(plain.next()), replay_csv_row(spelled.next())) << i;
+
+  ScheduleOptions w = fx.o;
+  w.algos = {arfAlgoOneshotLamport, arfAlgoTwoshot, arfAlgoUnfused};
+  w.algo_weights = {2, 2, 1};
+  BoundaryTable table = BoundaryTable::probe(w, fx.oracle);
+  Generator g(w, &table, fx.oracle);
+  std::map<arfAlgorithm_t, int> drawn;
+  int forced = 0;
+  for (int i = 0; i < 30000; ++i) {
+    const CallSpec c = g.next();
+    if (c.pattern == Pat::kFlat) continue;  // flat is always auto
+    ++drawn[c.algorithm];
+    ++forced;
+  }
+  EXPECT_EQ(drawn.size(), 3u);
+  EXPECT_NEAR(drawn[arfAlgoOneshotLamport] / double(forced), 0.4, 0.015);
+  EXPECT_NEAR(drawn[arfAlgoTwoshot] / double(forced), 0.4, 0.015);
+  EXPECT_NEAR(drawn[arfAlgoUnfused] / double(forced), 0.2, 0.015);
+}
+
+TEST(StressSchedule, MixHiddenAndTransitions) {
+  Fixture fx;
+  Generator g(fx.o, &fx.table, fx.oracle);
+  std::map<TokenKind, int> kinds;
+  std::set<Pat> patterns;
+  std::set<arfAlgorithm_t> algos;
+  int64_t previous_hidden = 0;
+  int same_hidden = 0, quant_misfit = 0, n = 20000;
+  CallSpec previous;
+  for (int i = 0; i < n; ++i) {
+    const CallSpec c = g.next();
+    ++kinds[c.token_kind];
+    patterns.insert(c.pattern);
+    algos.insert(c.algorithm);
+    // A new hidden every call, except where a pattern's block leaves a single choice.
+    if (c.hidden == previous_hidden && hiddens_for(c.pattern, fx.o.hiddens).size() > 1) ++same_hidden;
+    previous_hidden = c.hidden;
+    if (c.pattern == Pat::kFp8Group && c.hidden % 128 != 0) ++quant_misfit;
+    if (c.pattern == Pat::kNvfp4 && c.hidden % 16 != 0) ++quant_misfit;
+    ASSERT_GE(c.tokens, 1);
+    ASSERT_LE(c.tokens, fx.o.max_tokens);
+    if (c.token_kind == TokenKind::kTinyAfterLarge) {
+      ASSERT_LE(c.tokens, 4);
+      ASSERT_GE(previous.tokens * previous.hidden * 4, fx.o.max_tokens * 8192) << "tiny after a small call";
     }
-    ++graphs;
-    const auto& window = schedule.graph_windows()[step.graph];
-    ASSERT_EQ(step.calls.size(), window.size());
-    for (size_t i = 0; i < window.size(); ++i) {
-      const CallSpec& c = step.calls[i];
-      // Captured shape and gamma arguments; data drawn per replay, consistent with the gamma.
-      EXPECT_EQ(c.tokens, window[i].tokens);
-      EXPECT_EQ(c.combo, window[i].combo);
-      if (c.pattern == arfPatternResidualRmsNorm) {
-        EXPECT_EQ(c.gamma_kind, window[i].gamma_kind);
+    if (previous.token_kind == TokenKind::kTinyAfterLarge) {
+      ASSERT_EQ(c.token_kind, TokenKind::kLargeAfterTiny);
+    }
+    if (c.token_kind == TokenKind::kFull) {
+      ASSERT_EQ(c.tokens, fx.o.max_tokens);
+      ASSERT_EQ(c.hidden, 8192);
+    }
+    if (c.pattern == Pat::kFlat) {
+      ASSERT_EQ(c.flat_count % 8, 0);
+      ASSERT_GE(c.flat_count, 8);
+      ASSERT_LE(c.flat_count, c.tokens * c.hidden);
+      ASSERT_EQ(c.algorithm, arfAlgoAuto);
+    }
+    previous = c;
+  }
+  EXPECT_EQ(same_hidden, 0);
+  EXPECT_EQ(quant_misfit, 0);
+  EXPECT_EQ(patterns.size(), fx.o.patterns.size());
+  EXPECT_EQ(algos.size(), fx.o.algos.size());
+  const int base = n - kinds[TokenKind::kTinyAfterLarge] - kinds[TokenKind::kLargeAfterTiny];
+  EXPECT_NEAR(kinds[TokenKind::kTiny] / double(base), 0.40, 0.03);
+  EXPECT_NEAR(kinds[TokenKind::kBoundary] / double(base), 0.15, 0.03);
+  // Full capacity right after a call at the largest hidden becomes log-uniform (a new hidden every
+  // call), so some of the 15% move from full to log-uniform.
+  EXPECT_NEAR(kinds[TokenKind::kLogUniform] / double(base), 0.33, 0.04);
+  EXPECT_NEAR(kinds[TokenKind::kFull] / double(base), 0.12, 0.04);
+  EXPECT_NEAR((kinds[TokenKind::kLogUniform] + kinds[TokenKind::kFull]) / double(base), 0.45, 0.03);
+  EXPECT_GT(kinds[TokenKind::kTinyAfterLarge], n / 40);
+}
+
+TEST(StressSchedule, OptionsAllVary) {
+  Fixture fx;
+  Generator g(fx.o, &fx.table, fx.oracle);
+  IssueStats s;
+  s.max_tokens = fx.o.max_tokens;
+  s.largest_hidden = 8192;
+  std::set<float> eps;
+  std::set<int> layouts, formats, fallbacks;
+  for (int i = 0; i < 20000; ++i) {
+    const CallSpec c = g.next();
+    if (c.skipped) continue;
+    s.record_issued(c);
+    eps.insert(c.eps);
+    layouts.insert(c.layout);
+    formats.insert(c.format);
+    fallbacks.insert(c.fallback);
+  }
+  EXPECT_GT(s.residual_null, 0u);
+  EXPECT_GT(s.residual_in_place, 0u);
+  EXPECT_GT(s.norm_out_is_input, 0u);
+  EXPECT_GT(s.allreduce_out_is_input, 0u);
+  EXPECT_GT(s.per_rank_data, 0u);
+  EXPECT_GT(s.gamma_fp32, 0u);
+  EXPECT_GT(s.gamma_plus_one, 0u);
+  EXPECT_GT(s.round_before_weight, 0u);
+  EXPECT_GT(s.tiny_after_large, 0u);
+  EXPECT_GT(s.full_capacity, 0u);
+  EXPECT_EQ(eps.size(), 4u);
+  EXPECT_EQ(layouts.size(), 3u);
+  EXPECT_EQ(formats.size(), 3u);
+  EXPECT_EQ(fallbacks.size(), 4u);
+}
+
+// The volume mix at the default shape of a shared-GPU soak (8 virtual ranks, capacity 2048 x
+// 16384): every kind of call the engine mix draws is still drawn, full-grid calls sit exactly at
+// the first token count of the largest grid, a tiny call follows only a large one, and the bytes
+// per call drop well below the engine mix's.
+TEST(StressSchedule, VolumeMixKeepsEveryKindWithFewerBytes) {
+  ScheduleOptions o = options(2048);
+  o.hiddens = {128, 1024, 2048, 4096, 5120, 7168, 8192, 12288, 16384};
+  const arfPlanFacts_t f = facts(8, o.max_tokens, 16384);
+  const PlanOracle oracle = facts_oracle(f);
+  const BoundaryTable table = BoundaryTable::probe(o, oracle);
+  const int64_t capacity = o.max_tokens * 16384;
+  const int n = 30000;
+  const auto mean_elements = [&](TokenMix mix, std::map<TokenKind, int>* kinds) {
+    ScheduleOptions m = o;
+    m.mix = mix;
+    Generator g(m, &table, oracle);
+    double elements = 0;
+    int issued = 0;
+    CallSpec previous;
+    for (int i = 0; i < n; ++i) {
+      const CallSpec c = g.next();
+      ++(*kinds)[c.token_kind];
+      if (c.token_kind == TokenKind::kFullGrid) {
+        CallSpec at = c;
+        const int grid = oracle(at).grid;
+        at.tokens = c.tokens - 1;
+        EXPECT_TRUE(c.tokens == 1 || oracle(at).grid < grid) << "not the first token count of its grid";
+        for (at.tokens = c.tokens + 1; at.tokens <= o.max_tokens; at.tokens += 97) {
+          const PlanInfo p = oracle(at);
+          if (p.ok) {
+            EXPECT_LE(p.grid, grid) << pat_name(c.pattern) << " hidden " << c.hidden;
+          }
+        }
       }
-      EXPECT_EQ(c.set % kGammaKinds, c.gamma_kind);
-      data_per_graph[step.graph].insert({c.set, c.row_offset});
+      if (c.token_kind == TokenKind::kTinyAfterLarge) {
+        const int64_t full_grid = table.full_grid_tokens(previous.pattern, previous.algorithm, previous.hidden);
+        const bool large = previous.tokens * previous.hidden * 4 >= capacity ||
+                           (mix == TokenMix::kVolume && full_grid > 0 && previous.tokens >= full_grid);
+        EXPECT_TRUE(large) << "tiny after " << previous.tokens << " x " << previous.hidden;
+      }
+      if (!c.skipped) {
+        elements += static_cast<double>(c.tokens) * static_cast<double>(c.hidden);
+        ++issued;
+      }
+      previous = c;
     }
+    return elements / issued;
+  };
+  std::map<TokenKind, int> engine, volume;
+  const double engine_elems = mean_elements(TokenMix::kEngine, &engine);
+  const double volume_elems = mean_elements(TokenMix::kVolume, &volume);
+  for (TokenKind k : {TokenKind::kTiny, TokenKind::kLogUniform, TokenKind::kBoundary, TokenKind::kFull,
+                      TokenKind::kTinyAfterLarge, TokenKind::kLargeAfterTiny}) {
+    EXPECT_GT(engine[k], 0) << token_kind_name(k);
+    EXPECT_GT(volume[k], n / 200) << token_kind_name(k);
   }
-  EXPECT_GT(graphs, 200);  // about 3 of 4 steps replay a graph
-  EXPECT_GT(eager, 50);
-  for (const auto& [g, data] : data_per_graph) EXPECT_GT(data.size(), 20u) << "graph " << g;
+  EXPECT_EQ(engine[TokenKind::kFullGrid], 0);
+  EXPECT_GT(volume[TokenKind::kFullGrid], n / 20);
+  EXPECT_NEAR(volume[TokenKind::kFull] / double(n), 0.02, 0.01);
+  // At least as many tiny-after-large transitions as the engine mix: the protocol's hard case.
+  EXPECT_GE(volume[TokenKind::kTinyAfterLarge], engine[TokenKind::kTinyAfterLarge]);
+  EXPECT_LT(volume_elems, 0.4 * engine_elems) << "engine " << engine_elems << " volume " << volume_elems;
+  std::printf("mean elements per call: engine %.0f, volume %.0f (%.2fx); tiny-after-large %d / %d\n",
+              engine_elems, volume_elems, engine_elems / volume_elems, engine[TokenKind::kTinyAfterLarge],
+              volume[TokenKind::kTinyAfterLarge]);
 }
 
-TEST(StopControl, EveryRankRunsTheSameStepsWhenStoppedAnytime) {
-  constexpr int kWorld = 8;
+// Every change of the plan between t-1 and t must have both t-1 and t in the table. Returns the
+// number of changes whose t-1 is not itself the start of a change (only those prove that the
+// "last of the old dispatch" side is recorded).
+int check_both_sides(const BoundaryTable& table, const PlanOracle& oracle, int64_t max_tokens, int* changes) {
+  int isolated = 0;
+  for (const auto& [key, points] : table.entries()) {
+    const std::set<int64_t> have(points.begin(), points.end());
+    CallSpec c;
+    c.pattern = static_cast<Pat>(std::get<0>(key));
+    c.algorithm = static_cast<arfAlgorithm_t>(std::get<1>(key));
+    c.hidden = std::get<2>(key);
+    PlanInfo prev, before_prev;
+    for (int64_t t = 1; t <= max_tokens; ++t) {
+      c.tokens = t;
+      const PlanInfo here = oracle(c);
+      if (t > 1 && !here.same_dispatch(prev)) {
+        ++*changes;
+        if (t > 2 && prev.same_dispatch(before_prev)) ++isolated;
+        if (prev.ok) {
+          EXPECT_TRUE(have.count(t - 1)) << pat_name(c.pattern) << " " << t - 1;
+        }
+        if (here.ok) {
+          EXPECT_TRUE(have.count(t)) << pat_name(c.pattern) << " " << t;
+        }
+      }
+      before_prev = prev;
+      prev = here;
+    }
+  }
+  return isolated;
+}
+
+TEST(StressSchedule, BoundariesHoldBothSidesOfEveryPlanChange) {
+  Fixture fx;
+  EXPECT_GT(fx.table.num_points(), 0u);
+  int changes = 0;
+  check_both_sides(fx.table, fx.oracle, fx.o.max_tokens, &changes);
+  EXPECT_GT(changes, 0);  // the grid grows with tokens up to the co-residency cap
+  // One rank per GPU, larger capacity: auto's algorithm changes at byte limits, isolated changes.
+  ScheduleOptions o = options(1024);
+  o.patterns = {Pat::kResidualRmsNorm, Pat::kAllReduce};
+  o.algos = {arfAlgoAuto};
+  arfPlanFacts_t f = facts(2, 1024, 8192);
+  f.ranks_per_device = 1;
+  const PlanOracle oracle = facts_oracle(f);
+  const BoundaryTable t = BoundaryTable::probe(o, oracle);
+  int changes2 = 0;
+  EXPECT_GT(check_both_sides(t, oracle, 1024, &changes2), 0);
+}
+
+TEST(StressSchedule, RefusedCallsAreSkippedAfterRetries) {
+  ScheduleOptions o = options();
+  o.patterns = {Pat::kResidualRmsNorm, Pat::kFp8Group};
+  const arfPlanFacts_t f = facts(2, o.max_tokens, 8192);
+  const PlanOracle real = facts_oracle(f);
+  // A planner that refuses twoshot above 64 tokens and any MN-major layout.
+  const PlanOracle picky = [&](const CallSpec& c) {
+    if ((c.algorithm == arfAlgoTwoshot && c.tokens > 64) || c.layout == arfScaleMnMajor) return PlanInfo{};
+    return real(c);
+  };
+  const BoundaryTable t = BoundaryTable::probe(o, picky);
+  Generator g(o, &t, picky);
+  int skipped = 0, mn = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const CallSpec c = g.next();
+    if (c.skipped) {
+      ++skipped;
+      EXPECT_EQ(c.algorithm, arfAlgoTwoshot);
+      EXPECT_GT(c.tokens, 64);
+    }
+    mn += c.layout == arfScaleMnMajor;
+  }
+  EXPECT_GT(skipped, 0);
+  EXPECT_EQ(mn, 0);  // retried with the default layout instead of skipped
+}
+
+TEST(StressSchedule, CallsPerAlgorithmRule) {
+  IssueStats s;
+  CallSpec c;
+  c.algorithm = arfAlgoTwoshot;
+  for (int i = 0; i < 3; ++i) s.record_issued(c);
+  EXPECT_FALSE(every_algorithm_reached(s, {arfAlgoTwoshot, arfAlgoUnfused}, 3));
+  c.algorithm = arfAlgoUnfused;
+  for (int i = 0; i < 2; ++i) s.record_skipped(c);
+  EXPECT_FALSE(every_algorithm_reached(s, {arfAlgoTwoshot, arfAlgoUnfused}, 3));
+  s.record_skipped(c);  // refused 3 times, never ran: cannot run here
+  EXPECT_TRUE(every_algorithm_reached(s, {arfAlgoTwoshot, arfAlgoUnfused}, 3));
+}
+
+TEST(StressSchedule, StopControlStopsEveryRankAtOneCall) {
   for (int trial = 0; trial < 20; ++trial) {
-    StopControl stop(kWorld);
-    std::vector<int64_t> ran(kWorld, 0);
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < kWorld; ++r) {
-      ranks.emplace_back([&, r] {
-        for (int64_t step = 0; step < 1000000 && stop.may_run(r, step); ++step) ran[r] = step + 1;
+    StopControl stop;
+    const int world = 4;
+    std::vector<uint64_t> issued(world, 0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        for (uint64_t k = 0;; ++k) {
+          if (!stop.may_issue(k)) break;
+          issued[static_cast<size_t>(r)] = k + 1;
+          if (r == trial % world && k == static_cast<uint64_t>(50 + trial)) stop.request_stop("test");
+          if (k > 100000) break;
+        }
       });
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(50 * trial));
-    stop.request();
-    stop.request();  // idempotent
-    for (std::thread& t : ranks) t.join();
-    for (int r = 1; r < kWorld; ++r) ASSERT_EQ(ran[r], ran[0]) << "trial " << trial;
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < world; ++r) EXPECT_EQ(issued[static_cast<size_t>(r)], stop.limit()) << "rank " << r;
+    EXPECT_EQ(stop.reason(), "test");
   }
-}
-
-std::optional<StressArgs> parse(std::vector<std::string> words, int* code) {
-  words.insert(words.begin(), "arfusion-stress");
-  std::vector<char*> argv;
-  for (std::string& w : words) argv.push_back(w.data());
-  return parse_args(static_cast<int>(argv.size()), argv.data(), code);
-}
-
-TEST(Args, DefaultsAreEightVirtualRanksEveryAlgorithmAndPattern) {
-  int code = -1;
-  const auto a = parse({}, &code);
-  ASSERT_TRUE(a.has_value());
-  EXPECT_EQ(a->devices, std::vector<int>(8, 0));
-  EXPECT_EQ(a->algos.size(), 5u);
-  EXPECT_EQ(a->patterns.size(), 2u);
-  EXPECT_FALSE(a->stop_on_wrong);
-}
-
-TEST(Args, WorldAlgorithmsAndNegativeControlFlags) {
-  int code = -1;
-  auto a = parse({"--nranks", "4", "-a", "twoshot,oneshot_pull,twoshot", "--patterns", "allreduce",
-                  "--expect-corruption", "-G", "2", "--window", "3", "-d", "fp16"}, &code);
-  ASSERT_TRUE(a.has_value());
-  EXPECT_EQ(a->devices, std::vector<int>(4, 0));
-  EXPECT_EQ(a->algos, (std::vector<arfAlgorithm_t>{arfAlgoTwoshot, arfAlgoOneshotPull}));
-  EXPECT_EQ(a->patterns, std::vector<arfPattern_t>{arfPatternAllReduce});
-  EXPECT_TRUE(a->stop_on_wrong);  // implied: the control stops at its first detection
-  EXPECT_EQ(a->num_graphs, 2);
-  EXPECT_EQ(a->dtype, arfFloat16);
-  a = parse({"--devices", "0,1,0,1"}, &code);
-  ASSERT_TRUE(a.has_value());
-  EXPECT_EQ(a->devices, (std::vector<int>{0, 1, 0, 1}));
-}
-
-TEST(Args, BadValuesExitWithTheSetupCode) {
-  for (std::vector<std::string> bad : {std::vector<std::string>{"-a", "nccl"},
-                                       {"-a", "fastest"},
-                                       {"--patterns", "rmsnorm"},
-                                       {"--sets", "6"},
-                                       {"--hidden", "100"},
-                                       {"--nranks", "9"}}) {
-    int code = -1;
-    EXPECT_FALSE(parse(bad, &code).has_value()) << bad[0] << " " << bad[1];
-    EXPECT_EQ(code, kExitSetup) << bad[0] << " " << bad[1];
-  }
-}
-
-
-TEST(Args, VerifyGpuAndCallsPerAlgorithm) {
-  int code = -1;
-  auto a = parse({}, &code);
-  ASSERT_TRUE(a.has_value());
-  EXPECT_FALSE(a->verify_gpu);  // the host verifier stays the default
-  a = parse({"--verify", "gpu", "--calls-per-algorithm", "1000", "-a", "twoshot,auto"}, &code);
-  ASSERT_TRUE(a.has_value());
-  EXPECT_TRUE(a->verify_gpu);
-  EXPECT_EQ(a->calls, 1000u * 2 * 2);  // x algorithms x patterns
-  a = parse({"--verify", "host", "--patterns", "residual_rmsnorm", "--calls-per-algorithm", "7"},
-            &code);
-  ASSERT_TRUE(a.has_value());
-  EXPECT_FALSE(a->verify_gpu);
-  EXPECT_EQ(a->calls, 7u * 5);
-  a = parse({"--verify", "gpu", "--nranks", "4"}, &code);  // virtual ranks on one device: fine
-  ASSERT_TRUE(a.has_value());
-  for (std::vector<std::string> bad : {std::vector<std::string>{"--verify", "cpu"},
-                                       {"--verify", "gpu", "--devices", "0,1"},
-                                       {"--calls", "5", "--calls-per-algorithm", "5"},
-                                       {"--calls-per-algorithm", "0"}}) {
-    code = -1;
-    EXPECT_FALSE(parse(bad, &code).has_value()) << bad[0] << " " << bad[1];
-    EXPECT_EQ(code, kExitSetup) << bad[0] << " " << bad[1];
-  }
-}
-
-// Under arfusion-run (its variables in the environment) the process is one rank of an ipc job;
-// what needs every rank in one process is refused before any CUDA call.
-TEST(Args, UnderTheLauncherTheProcessIsOneRank) {
-  setenv("ARF_RENDEZVOUS_ID", "0123456789abcdef0123456789abcdef", 1);
-  setenv("ARF_RANK", "2", 1);
-  setenv("ARF_WORLD_SIZE", "4", 1);
-  setenv("ARF_DEVICE", "1", 1);
-  int code = -1;
-  auto a = parse({"--calls-per-algorithm", "10"}, &code);
-  ASSERT_TRUE(a.has_value());
-  EXPECT_TRUE(a->processes());
-  EXPECT_EQ(a->process_rank, 2);
-  EXPECT_EQ(a->world(), 4);
-  EXPECT_EQ(a->devices, std::vector<int>{1});
-  EXPECT_EQ(a->local_ranks(), std::vector<int>{2});
-  for (std::vector<std::string> bad : {std::vector<std::string>{"--nranks", "4"},
-                                       {"--devices", "0,1"},
-                                       {"--verify", "gpu"},
-                                       {"--seconds", "10"},
-                                       {"--stop-on-wrong", "--calls", "5"},
-                                       {"--expect-corruption", "--calls", "5"},
-                                       {"--calls", "0"}}) {
-    code = -1;
-    EXPECT_FALSE(parse(bad, &code).has_value()) << bad[0] << " " << bad[1];
-    EXPECT_EQ(code, kExitSetup) << bad[0] << " " << bad[1];
-  }
-  setenv("ARF_RANK", "x", 1);  // malformed: an error, never a silent rank 0
-  EXPECT_FALSE(parse({}, &code).has_value());
-  for (const char* v : {"ARF_RENDEZVOUS_ID", "ARF_RANK", "ARF_WORLD_SIZE", "ARF_DEVICE"}) {
-    unsetenv(v);
-  }
-  a = parse({}, &code);
-  ASSERT_TRUE(a.has_value());
-  EXPECT_FALSE(a->processes());
-  EXPECT_EQ(a->local_ranks().size(), 8u);
 }
 
 }  // namespace

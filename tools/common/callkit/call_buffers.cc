@@ -70,6 +70,7 @@ CallBuffers::CallBuffers(int device, const CallSpec& spec, arfDataType_t dtype)
   }
   alloc(&residual_in_, bytes);
   alloc(&gamma_, static_cast<size_t>(spec.gamma_bytes()));
+  if (spec.post_norm) alloc(&post_gamma_, static_cast<size_t>(spec.gamma_bytes()));
   if (!(spec.alias & kResidualInPlace)) alloc(&residual_out_, bytes);
   if (!(spec.alias & kNormIntoInput) && (!spec.quantized() || spec.norm_side_output)) {
     alloc(&norm_out_, bytes);
@@ -85,6 +86,7 @@ CallTensors CallBuffers::tensors() const {
   t.input = input_.get();
   t.residual_in = residual_in_.get();
   t.gamma = gamma_.get();
+  t.post_gamma = post_gamma_.get();
   t.allreduce_out = allreduce_out_.get();
   t.residual_out = residual_out_.get();
   t.norm_out = norm_out_.get();
@@ -108,6 +110,9 @@ std::string CallBuffers::upload(const CallData& data, int rank, cudaStream_t str
     copy(gamma_, spec_.gamma_fp32 ? static_cast<const void*>(data.gamma32.data())
                                   : static_cast<const void*>(data.gamma16.data()),
          "upload gamma");
+    copy(post_gamma_, spec_.gamma_fp32 ? static_cast<const void*>(data.post_gamma32.data())
+                                       : static_cast<const void*>(data.post_gamma16.data()),
+         "upload post_gamma");
   }
   copy(scale_in_, &scale_in_value_, "upload scale_in");
   for (const DeviceBuffer* out :
@@ -128,7 +133,7 @@ std::string CallBuffers::clobber_inputs(cudaStream_t stream) const {
                                                 : (spec_.alias & kAllReduceInPlace) != 0;
   const bool residual_is_output = spec_.has_norm() && (spec_.alias & kResidualInPlace) != 0;
   std::string error;
-  for (const DeviceBuffer* in : {&input_, &residual_in_, &gamma_, &scale_in_}) {
+  for (const DeviceBuffer* in : {&input_, &residual_in_, &gamma_, &post_gamma_, &scale_in_}) {
     if (in->get() == nullptr) continue;
     if ((in == &input_ && input_is_output) || (in == &residual_in_ && residual_is_output)) {
       continue;

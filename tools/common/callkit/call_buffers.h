@@ -85,6 +85,7 @@ class CallBuffers {
   void* input() const { return input_.get(); }
   void* residual_in() const { return residual_in_.get(); }
   void* gamma() const { return gamma_.get(); }
+  void* post_gamma() const { return post_gamma_.get(); }
   void* allreduce_out() const { return args().allreduce_out; }
   void* residual_out() const { return args().residual_out; }
   void* norm_out() const { return args().norm_out; }
@@ -93,8 +94,8 @@ class CallBuffers {
   CallSpec spec_;
   arfDataType_t dtype_;
   float scale_in_value_ = 0.0f;  // a member: cudaMemcpyAsync may read it after upload returns
-  DeviceBuffer input_, residual_in_, gamma_, allreduce_out_, residual_out_, norm_out_, quant_out_,
-      scale_out_, scale_in_;
+  DeviceBuffer input_, residual_in_, gamma_, post_gamma_, allreduce_out_, residual_out_, norm_out_,
+      quant_out_, scale_out_, scale_in_;
   std::string error_;
 };
 

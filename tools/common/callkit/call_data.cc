@@ -30,14 +30,18 @@ CallData make_call_data(const CallSpec& spec, int world, arfDataType_t dtype, ui
   if (!spec.has_norm()) return d;
   d.residual_in.resize(static_cast<size_t>(n));
   ref::fill_random(d.residual_in.data(), n, rd, mix_seed(seed, 1001));
-  std::vector<uint16_t> g(static_cast<size_t>(spec.hidden));
-  ref::fill_random(g.data(), spec.hidden, rd, mix_seed(seed, 1002));
   const float base = spec.gamma_plus_one ? 0.0f : 1.0f;
-  for (uint16_t bits : g) {
-    const float x = ref::to_float(bits, rd);
-    if (spec.gamma_fp32) d.gamma32.push_back(base + 0.1003f * x);
-    else d.gamma16.push_back(ref::from_float(base + 0.1f * x, rd));
-  }
+  auto draw_gamma = [&](uint64_t salt, float spread, std::vector<uint16_t>* g16, std::vector<float>* g32) {
+    std::vector<uint16_t> g(static_cast<size_t>(spec.hidden));
+    ref::fill_random(g.data(), spec.hidden, rd, mix_seed(seed, salt));
+    for (uint16_t bits : g) {
+      const float x = ref::to_float(bits, rd);
+      if (spec.gamma_fp32) g32->push_back(base + (spread + 0.0003f) * x);
+      else g16->push_back(ref::from_float(base + spread * x, rd));
+    }
+  };
+  draw_gamma(1002, 0.1f, &d.gamma16, &d.gamma32);
+  if (spec.post_norm) draw_gamma(1003, 0.25f, &d.post_gamma16, &d.post_gamma32);
   return d;
 }
 
@@ -57,6 +61,10 @@ ref::FusedInputs reference_inputs(const CallSpec& spec, arfDataType_t dtype,
   in.gamma_dtype = spec.gamma_fp32 ? DType::kFp32 : rd;
   in.gamma_offset = spec.gamma_plus_one ? 1.0f : 0.0f;
   in.eps = spec.eps;
+  if (spec.post_norm) {
+    in.post_gamma = spec.gamma_fp32 ? static_cast<const void*>(data.post_gamma32.data())
+                                    : static_cast<const void*>(data.post_gamma16.data());
+  }
   return in;
 }
 

@@ -29,12 +29,15 @@ struct CallData {
   std::vector<uint16_t> residual_in;          // [elems], replicated (norm patterns only)
   std::vector<uint16_t> gamma16;              // [hidden] in the dtype (when !gamma_fp32)
   std::vector<float> gamma32;                 // [hidden] (when gamma_fp32)
+  std::vector<uint16_t> post_gamma16;         // sandwich calls: post_gamma, as gamma16 / gamma32
+  std::vector<float> post_gamma32;
 };
 
 // Deterministic from `seed`: rank r's input from mix_seed(seed, r + 1), residual and gamma from
-// seeds no rank index reaches (1001, 1002). gamma is 1 + 0.1 x for random x (x alone with
-// gamma_plus_one, where the kernel adds the 1); fp32 gamma uses 0.1003, a full mantissa that a
-// rounding to the dtype would show.
+// seeds no rank index reaches (1001, 1002; post_gamma 1003). gamma is 1 + 0.1 x for random x (x
+// alone with gamma_plus_one, where the kernel adds the 1); fp32 gamma uses 0.1003, a full mantissa
+// that a rounding to the dtype would show. post_gamma is drawn the same way with 0.25 (0.2503):
+// another spread, so a kernel that read gamma for it would be caught.
 CallData make_call_data(const CallSpec& spec, int world, arfDataType_t dtype, uint64_t seed);
 
 // The reference's inputs for `spec` on `data` (pointers into `data`, which must outlive them).

@@ -39,6 +39,7 @@ std::string CallSpec::label() const {
   if (alias != kNoAlias) os << " alias 0x" << std::hex << alias << std::dec;
   if (no_residual) os << " no_residual";
   if (norm_rounding != arfNormRoundOnce) os << " round_before_weight";
+  if (has_norm() && post_norm) os << " sandwich";
   if (quantized()) {
     os << " layout " << static_cast<int>(scale_layout) << " format "
        << static_cast<int>(scale_format) << (norm_side_output ? " +norm_out" : "");
@@ -71,6 +72,7 @@ arfFusedArgs_t fused_args(const CallSpec& spec, arfDataType_t dtype, const CallT
   a.gamma_plus_one = spec.gamma_plus_one ? 1 : 0;
   a.eps = spec.eps;
   a.norm_rounding = spec.norm_rounding;
+  a.post_gamma = spec.post_norm ? t.post_gamma : nullptr;
   if (!spec.quantized()) return a;
   if (!spec.norm_side_output) a.norm_out = nullptr;
   a.quant_out = t.quant_out;

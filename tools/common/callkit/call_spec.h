@@ -5,8 +5,8 @@
 //
 // Written against the public header only (no CUDA call, no internal header): the builder is pure,
 // safe from any thread, and checked on the CPU with fake pointers (tests/cpu/test_callkit.cc).
-// `arfusion-stress churn` keeps its own call spec on purpose: it is the engine-like soak written
-// as an outside program would be (tools/stress/churn/call_spec.h).
+// arfusion-stress keeps its own call spec on purpose: it is the soak written as an outside program
+// would be (tools/stress/call_spec.h).
 #pragma once
 
 #include <cstdint>
@@ -44,6 +44,9 @@ struct CallSpec {
   bool gamma_plus_one = false;
   float eps = 1e-6f;
   arfNormRounding_t norm_rounding = arfNormRoundOnce;
+  // Sandwich call (arfFusedArgs_t::post_gamma): the all-reduce is normalised with post_gamma
+  // (gamma's dtype, offset and eps) before the residual add.
+  bool post_norm = false;
 
   // Quantized patterns.
   arfFallbackLevel_t fallback = arfFallbackAuto;
@@ -61,7 +64,7 @@ struct CallSpec {
   int64_t quant_bytes() const;  // quant_out extent: 1 byte per element, half a byte for FP4; 0 if
                                 // not quantized
   int64_t scale_bytes() const;  // arfScaleBufferBytes; 0 when the call writes no scales
-  int64_t gamma_bytes() const { return hidden * (gamma_fp32 ? 4 : 2); }
+  int64_t gamma_bytes() const { return hidden * (gamma_fp32 ? 4 : 2); }  // gamma, and post_gamma
   // "residual_rmsnorm twoshot tokens 64 hidden 4096 gamma_fp32": the fields that differ from the
   // defaults, for failure messages.
   std::string label() const;
@@ -73,6 +76,7 @@ struct CallTensors {
   void* input = nullptr;
   void* residual_in = nullptr;
   void* gamma = nullptr;
+  void* post_gamma = nullptr;
   void* allreduce_out = nullptr;
   void* residual_out = nullptr;
   void* norm_out = nullptr;
@@ -85,7 +89,8 @@ struct CallTensors {
 //  - allreduce / flat: input, allreduce_out (= input with kAllReduceInPlace);
 //  - norm patterns: residual_in (NULL with no_residual), residual_out (= the residual_in tensor
 //    with kResidualInPlace, read or not), norm_out (= input with kNormIntoInput; NULL for a
-//    quantized call without norm_side_output), gamma and its dtype, gamma_plus_one, eps, rounding;
+//    quantized call without norm_side_output), gamma and its dtype, gamma_plus_one, eps, rounding,
+//    post_gamma for a sandwich call (post_norm);
 //  - quantized patterns: quant_out, scale_out when the call writes scales, scale_in when it reads
 //    one, the scale layout and format and the fallback level.
 arfFusedArgs_t fused_args(const CallSpec& spec, arfDataType_t dtype, const CallTensors& t);
