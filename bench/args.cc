@@ -229,6 +229,9 @@ void add_run_options(CLI::App& app, BenchArgs& a) {
                  "--op fused: pick the fastest algorithm per token count (ties within 1% to the "
                  "simpler) and merge that table entry into FILE, which ARF_TUNING_TABLE loads");
   app.add_flag("--dry-run", a.dry_run, "print the resolved sweep and exit without using CUDA");
+  app.add_option("--max-ctas", a.max_ctas,
+                 "arfCommConfig_t::max_ctas: at most N CTAs per call on a GPU (0: no bound)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--pdl", a.pdl,
                "launch the library's kernels with programmatic dependent launch "
                "(arfCommConfig_t::programmatic_launch)");

@@ -55,6 +55,7 @@ struct BenchArgs {
   int64_t max_tokens = 0;  // communicator capacity; 0 = what the sweep needs
   bool dry_run = false;    // print the resolved sweep and exit before touching CUDA
   bool pdl = false;        // --pdl: communicators launch with programmatic dependent launch
+  int max_ctas = 0;        // --max-ctas: arfCommConfig_t::max_ctas (0: no bound)
   bool input_buffer = false;  // --input-buffer: inputs in the communicators' input buffers (zero-copy)
   std::string command_line;
 };

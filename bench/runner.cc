@@ -38,6 +38,7 @@ arfCommConfig_t comm_config(const BenchArgs& args, const std::vector<CallSpec>& 
   config.max_hidden = static_cast<size_t>(max_row);
   config.dtype = args.dtype;
   config.programmatic_launch = args.pdl ? 1 : 0;
+  config.max_ctas = args.max_ctas;
   return config;
 }
 

@@ -22,6 +22,8 @@ target_link_libraries(arfusion_ipc_tests PRIVATE arfusion arfusion_reference GTe
   Threads::Threads)
 target_compile_options(arfusion_ipc_tests PRIVATE ${ARF_WARNINGS})
 # Exit code 77 = no GPU on this machine: skipped. 900 s: the children's own deadlines (at most
-# 180 s per test, reached only by a hang) keep a broken build well inside it.
+# 180 s per test, reached only by a hang) keep a broken build well inside it. RUN_SERIAL: the leak
+# checks compare the GPU's free memory before and after (create/destroy cycles, a killed rank), so
+# any other process allocating on the GPU meanwhile fails them; `ctest -j` runs this test alone.
 add_test(NAME ipc_tests COMMAND arfusion_ipc_tests)
-set_tests_properties(ipc_tests PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900)
+set_tests_properties(ipc_tests PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900 RUN_SERIAL TRUE)

@@ -1,5 +1,6 @@
 # The kernel set (src/launch/kernel_set.def): one generated translation unit per row
-# (cmake/kernel_rows.cmake), and the kernel and size budget the built library is held to.
+# (cmake/kernel_rows.cmake runs src/launch/write_kernel_units.cc), and the kernel and size budget
+# the built library is held to.
 # Included by CMakeLists.txt before the library's sources are listed. Sets ARF_KERNEL_ROW_SOURCES,
 # ARF_KERNEL_NON_DIAGNOSTIC_SOURCES (cmake/stress.cmake leaves them out of the diagnostic
 # variants) and ARF_DECLARED_KERNELS; registers the kernel-set tests at the end of the top
@@ -10,15 +11,14 @@
 # added to kernel_set.def must raise it here, in review; bytes = libarfusion.so with ~5% headroom
 # for changes inside kernels. Before and after figures: docs/architecture.md, "Kernel set".
 set(ARF_KERNEL_BUDGET 324)
-set(ARF_LIBRARY_BYTES_BUDGET 15000000)
+set(ARF_LIBRARY_BYTES_BUDGET 17000000)
 
 include(${CMAKE_CURRENT_LIST_DIR}/kernel_rows.cmake)
-set(ARF_KERNEL_SET ${CMAKE_CURRENT_SOURCE_DIR}/src/launch/kernel_set.def)
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${ARF_KERNEL_SET})
-arf_generate_kernel_rows(${ARF_KERNEL_SET} ${CMAKE_CURRENT_BINARY_DIR}/kernels)
+arf_generate_kernel_rows(${CMAKE_CURRENT_BINARY_DIR}/kernels)
 
-# At the end of the top directory (the targets exist then): the CPU tests get the count read here,
-# to compare with the C++ table's (tests/cpu/test_kernel_set.cc); ctest kernel_budget (label cpu)
+# At the end of the top directory (the targets exist then): the CPU tests get the count written at
+# configure time, to compare with the C++ table they are compiled with (tests/cpu/test_kernel_set.cc:
+# a stale configuration fails there); ctest kernel_budget (label cpu)
 # runs scripts/check_kernel_budget.sh over the built libarfusion.so. It is registered only where
 # the budget was measured: a Debug, sanitizer or other-architecture build has other sizes (the
 # CPU tests still compare the declared counts there).

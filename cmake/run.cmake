@@ -33,14 +33,3 @@ if(ARF_BUILD_TESTS)
   add_test(NAME run_tests COMMAND arfusion_run_tests)
   set_tests_properties(run_tests PROPERTIES LABELS cpu TIMEOUT 60)
 endif()
-
-# The refill soak with one process per rank (transport ipc) under the launcher: on one GPU the two
-# processes time-slice it (slow, but every output is still checked against the reference); on a
-# machine with several GPUs rank r runs on GPU r % visible. Every rank exits 77 without a GPU, which
-# the launcher passes on: skipped.
-if(ARF_BUILD_TESTS AND TARGET arfusion-stress)
-  add_test(NAME stress_soak_ipc COMMAND arfusion-run --timeout 600 -n 2 --
-    $<TARGET_FILE:arfusion-stress> --calls 1000 --skew-us 50 --progress 0
-    -J ${CMAKE_CURRENT_BINARY_DIR}/stress_soak_ipc.json)
-  set_tests_properties(stress_soak_ipc PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 700)
-endif()

@@ -18,17 +18,86 @@
 #   src/launch/        base/, common/, kernels/, launch/: the kernel registry and the launcher.
 #   src/policy/        base/, common/, policy/.
 #   src/transport/     base/, common/kernel_params.h (the workspace layout and the records its
-#                      kernels fill), transport/, arfusion/arfusion.h (ids, status codes). Never
-#                      the launcher: the transport's own kernels live in src/transport/*.cu.
+#                      kernels fill), common/protocol_index.h (the flag words' encoding, for a
+#                      workspace whose counters start near the wrap), transport/,
+#                      arfusion/arfusion.h (ids, status codes). Never the launcher: the
+#                      transport's own kernels live in src/transport/*.cu.
 #   src/reference/     base/, common/, reference/.
 #   src/core/          anything in src/ except export/, and include/.
 #   src/export/        anything in src/ and include/: the interface it re-exports.
 #   tools/, bench/     include/ (arfusion/...), src/export/ (export/...), and files of tools/ or
 #                      bench/ (beside the including file or in tools/common/).
+#   tools/stress/      include/ (arfusion/...) and its own files only: the soak is written as an
+#                      outside program is (tools/stress/README.md).
 #   examples/          include/ only.
 #   tests/             anything (not checked).
+#
+# The Python package python/arfusion has one rule: no import cycle among its modules, imports
+# inside functions included (scripts/check_python_imports.py, which this script runs).
+#
+# --self-test: the lint against planted faults, in a copy of the checked files (a temporary git
+# work tree; the real tree is never touched): the copy passes as is; with a forbidden include added
+# to every file of src/kernels/ (the launcher, then the registry: device code never reaches up to
+# them) and new files of other layers that include what their layer may not (an untracked file is
+# checked too), it fails naming each of those files. Exit 0 when every planted fault is caught.
+# Run by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [[ ${1:-} == --self-test ]]; then
+  copy=$(mktemp -d)
+  trap 'rm -rf "$copy"' EXIT
+  git ls-files -z --cached --others --exclude-standard -- include src tools bench examples \
+      scripts/check_layers.sh scripts/check_python_imports.py python/arfusion |
+    while IFS= read -r -d '' f; do [[ -f $f ]] && printf '%s\0' "$f"; done |
+    tar --null -T - -cf - | tar -xf - -C "$copy"
+  git -C "$copy" init -q
+  lint() { bash "$copy/scripts/check_layers.sh" >"$copy/.out" 2>&1; }
+  if ! lint; then
+    echo "check_layers --self-test: the unmodified copy fails:"
+    cat "$copy/.out"
+    exit 1
+  fi
+  mapfile -t kernel_files < <(cd "$copy" && git ls-files --others -- 'src/kernels/*')
+  if ((${#kernel_files[@]} == 0)); then
+    echo "check_layers --self-test: no file in src/kernels/"
+    exit 1
+  fi
+  # layer file -> the include planted in it
+  declare -A planted=(
+    [src/kernels/planted_fault.cuh]=policy/plan.h
+    [src/common/planted_fault.h]=kernels/vec.cuh
+    [src/launch/planted_fault.h]=policy/plan.h
+    [src/policy/planted_fault.h]=launch/kernel_set.h
+    [src/transport/planted_fault.h]=launch/launch.h
+    [src/base/planted_fault.h]=common/kernel_params.h
+    [tools/planted_fault.h]=policy/policy.h
+  )
+  bad=0
+  for inc in launch/launch.h launch/kernel_set.h; do
+    for f in "${kernel_files[@]}"; do
+      cp "$copy/$f" "$copy/$f.saved"
+      printf '#include "%s"\n' "$inc" >>"$copy/$f"
+    done
+    for f in "${!planted[@]}"; do printf '#pragma once\n#include "%s"\n' "${planted[$f]}" >"$copy/$f"; done
+    if lint; then
+      echo "check_layers --self-test: NOT CAUGHT: the lint passed with every planted include ($inc)"
+      bad=1
+    fi
+    for f in "${kernel_files[@]}" "${!planted[@]}"; do
+      if ! grep -q "check_layers: $f:" "$copy/.out"; then
+        echo "check_layers --self-test: NOT CAUGHT: the include planted in $f"
+        bad=1
+      fi
+    done
+    for f in "${kernel_files[@]}"; do mv "$copy/$f.saved" "$copy/$f"; done
+    for f in "${!planted[@]}"; do rm "$copy/$f"; done
+  done
+  ((bad == 0)) || exit 1
+  echo "check_layers --self-test: ok (includes of launch/ planted in all ${#kernel_files[@]} files of" \
+    "src/kernels/ and ${#planted[@]} forbidden includes in new files of other layers: all caught)"
+  exit 0
+fi
 
 fail=0
 root=$(pwd)
@@ -49,7 +118,7 @@ allowed_in() {
     kernels) echo "base/ common/ kernels/" ;;
     launch) echo "base/ common/ kernels/ launch/" ;;
     policy) echo "base/ common/ policy/" ;;
-    transport) echo "base/ common/kernel_params.h transport/ arfusion/arfusion.h" ;;
+    transport) echo "base/ common/kernel_params.h common/protocol_index.h transport/ arfusion/arfusion.h" ;;
     reference) echo "base/ common/ reference/" ;;
     core) echo "base/ common/ launch/ policy/ transport/ reference/ core/ arfusion/" ;;
     export) echo "base/ common/ launch/ policy/ transport/ reference/ core/ export/ arfusion/" ;;
@@ -111,6 +180,18 @@ check_tool_file() {  # file line include quoted(0/1)
   violation "$file" "$line" "$inc" "tools and bench include only include/, src/export/ and their own files"
 }
 
+check_outside_file() {  # file line include quoted(0/1): tools/stress
+  local file=$1 line=$2 inc=$3 quoted=$4
+  [[ $inc == arfusion/* ]] && return 0
+  if [[ $quoted == 0 ]] && ! is_internal "$inc" && [[ $inc != export/* ]]; then
+    return 0  # a system or third-party header
+  fi
+  if [[ $quoted == 1 && -f $(dirname "$file")/$inc ]]; then
+    [[ $(realpath -m --relative-to="$root" "$(dirname "$file")/$inc") == tools/stress/* ]] && return 0
+  fi
+  violation "$file" "$line" "$inc" "tools/stress includes only include/ and its own files (an outside program)"
+}
+
 checked=0
 while IFS= read -r file; do
   case "$file" in
@@ -125,6 +206,7 @@ while IFS= read -r file; do
         continue
       fi
       ;;
+    tools/stress/*) kind=outside dir= ;;
     tools/* | bench/*) kind=tool dir= ;;
     examples/*) kind=library dir=include ;;
     *) continue ;;
@@ -139,12 +221,16 @@ while IFS= read -r file; do
     [[ ${BASH_REMATCH[1]} == '"' ]] && quoted=1
     if [[ $kind == library ]]; then
       check_library_file "$file" "$lineno" "$inc" "$quoted" "$dir"
+    elif [[ $kind == outside ]]; then
+      check_outside_file "$file" "$lineno" "$inc" "$quoted"
     else
       check_tool_file "$file" "$lineno" "$inc" "$quoted"
     fi
   done <"$file"
 done < <(git ls-files --cached --others --exclude-standard -- include src tools bench examples |
          grep -E '\.(h|hpp|c|cc|cpp|cu|cuh)$' | sort -u)
+
+python3 scripts/check_python_imports.py python/arfusion || fail=1
 
 if [[ $fail != 0 ]]; then
   echo "check_layers: FAILED (rules: the header of scripts/check_layers.sh, docs/architecture.md \"Layers\")"

@@ -7,23 +7,44 @@
  *
  * General contracts (apply to every function below unless it says otherwise):
  *  - Return value: an arfStatus_t. On failure arfGetLastErrorString() (thread-local) says why.
- *    A call that fails validation launches nothing and leaves the communicator usable.
+ *    A call that fails validation (or planning) launches nothing. Made the same way on every rank,
+ *    it leaves the communicator usable. Refused on some ranks while others issue it (a call with
+ *    tokens; those without are no-ops everywhere), it fails the communicator on every rank at
+ *    once: the refusing rank gets its own error code, saying that peers had issued the call; every
+ *    other rank gets arfCommFailed naming the refusing rank and its reason — from that call if it
+ *    comes later, else from its next call or arfCommGetAsyncError — and peer kernels already
+ *    waiting for the call give up at once (they launched it: it and every later call count as
+ *    lost, arfCommGetFirstLostCall; nothing is corrupted). Peer kernels of a call captured into a
+ *    graph are released only by the bound (timeout_seconds), those of an nccl-algorithm call
+ *    only when arfCommDestroy aborts NCCL (NCCL's kernels have no bound).
  *  - Thread safety: a communicator belongs to one rank; call it from one host thread at a time.
- *    Different communicators (ranks) may be driven from different threads concurrently.
+ *    Different communicators (ranks) may be driven from different threads concurrently. The
+ *    exception: arfCommGetAsyncError and arfCommGetFirstLostCall may also be called from other
+ *    threads (a watchdog polling every communicator, as engines poll NCCL), concurrently with the
+ *    calls and with each other, but not concurrently with or after arfCommDestroy.
  *  - Streams: operations are stream-ordered and asynchronous; outputs are valid once the work
  *    enqueued on `stream` has completed. All ops of one communicator must be issued on one stream
  *    at a time (two concurrent streams on one communicator can interleave the protocol's epochs).
  *    With ARF_DEBUG_CHECKS=1 in the environment at communicator creation, a call on another stream
  *    while the previous call has not completed is refused (arfInvalidArgument, before launch; the
- *    check is conservative: it also refuses a switch the caller ordered with an event).
+ *    check is conservative: it also refuses a switch the caller ordered with an event). That
+ *    refusal takes no place in the call sequence: reissue the call on the right stream.
  *  - ARF_TUNING_TABLE=<file> at communicator creation: rank 0 reads a measured dispatch table
  *    (written by `arfusion-bench --op fused --tune-out <file>`) and every rank uses rank 0's copy,
  *    so plans stay identical on every rank; `auto` then takes the table's choice where it is
  *    feasible (arfPlan's reason says "tuned table: ..."). A named table that cannot be read or fails
  *    validation makes creation fail on every rank, with the reason.
+ *  - ARF_DEBUG_COUNTERS_NEAR_WRAP=N at communicator creation, N in [1, 2^30] (a debug setting for
+ *    tests, not for production): the protocol's 32-bit counters (barrier and gate epochs, and the
+ *    call index, whose low 32 bits the flags carry) start N calls short of their wrap, so a short
+ *    run crosses the wrap that a deployment reaches after days (2^32 calls: ~5 days at 10^4
+ *    calls/s). Call indices (arfCommGetFirstLostCall, error messages) then start at 2^32 - N.
+ *    Every rank must set the same N; otherwise creation fails on every rank, naming the ranks.
  *  - Collective: every rank of a communicator must issue the same sequence of operations with the
  *    same pattern, algorithm, dtype, num_tokens and hidden. A rank that does not join stalls its
- *    peers until the bounded wait expires (see arfCommGetAsyncError).
+ *    peers until the bounded wait expires (see arfCommGetAsyncError). A rank whose call differs
+ *    (or that refused a call its peers issue: Return value, above) fails the communicator on every
+ *    rank as soon as the ranks compare that call, without waiting for the bound.
  *  - Ranks sharing one GPU (virtual ranks, local transport; a testing and development mode, not
  *    how engines deploy): a rank's collective kernel spins until its peers' kernels run, so
  *      - drive each virtual rank from its own host thread: a call returns only once every rank on
@@ -51,6 +72,16 @@
  *    (each rank orders one group's calls after the other's with events or one stream), as with
  *    NCCL communicators: two collectives of different groups in flight at once can each hold the
  *    SMs the other needs.
+ *  - Co-residency with other spinning kernels: a call's collective kernels spin until every peer's
+ *    kernel of the call runs, and so do NCCL's kernels (data-parallel or pipeline-stage groups),
+ *    DeepEP's and another communicator's. A call's grid can fill every SM (264 CTAs at 8192
+ *    tokens on a 132-SM GPU), so two GPUs can deadlock, each full of one party's CTAs waiting for
+ *    the other party's kernel that cannot start on the other GPU. The rule is NCCL's for
+ *    concurrent communicators: an engine either never has two such parties in flight at once on
+ *    a GPU (one stream, or events, ordering them the same way on every rank), or bounds each
+ *    party's CTAs so that all of them fit on the GPU together: arfCommConfig_t.max_ctas here,
+ *    ncclConfig_t.maxCTAs for NCCL, the SM count for DeepEP, their sum (counted as whole SMs) at
+ *    most the GPU's SM count. Bounded waits end a deadlock as arfTimeout, not before.
  *  - CUDA graphs: operations may be captured and replayed. Nothing is registered per tensor: the
  *    kernels copy inputs into the communicator's own workspace, and protocol state lives on device.
  *  - Asynchronous errors and lost calls: a call that returns arfSuccess has only been enqueued. If
@@ -74,12 +105,19 @@
  *    = the rounded sum, bit for bit, when residual_in is NULL).
  *  - norm_out: y = float(residual_out); mean = (fp32 sum of y*y over the row, in column order per
  *    thread then a fixed reduction tree) / hidden; s = rsqrt(mean + eps) (eps inside the square
- *    root, added in fp32); g = gamma (+1 with gamma_plus_one, in fp32); norm = round(y * s * g),
- *    or round(round(y * s) * g) with arfNormRoundBeforeWeight. Against an exact (double)
+ *    root, added in fp32; eps > 0, so an all-zero row normalises to zeros); g = gamma (+1 with
+ *    gamma_plus_one, in fp32); norm = round(y * s * g), or round(round(y * s) * g) with
+ *    arfNormRoundBeforeWeight. Against an exact (double)
  *    reference it is within 1 ulp of the dtype at the exact value + 1e-6 (fp32 rsqrt and the
  *    fp32 sum of squares differ from double); for arfNormRoundBeforeWeight the exact reference
  *    rounds the intermediate y * s to the dtype (either neighbour when y * s is that close to a
  *    tie). The fused and unfused paths of this library are bitwise equal to each other.
+ *  - Sandwich calls (post_gamma set): h = the norm of the rounded sum by the norm_out rules above
+ *    with post_gamma for gamma (the same gamma_plus_one, eps and norm_rounding), rounded to the
+ *    dtype, within the same 1 ulp of its exact value; residual_out = round(float(h) +
+ *    float(residual_in)) from that h (= h when residual_in is NULL); norm_out as above from that
+ *    residual_out. So residual_out is exact given h, and h is what a separate norm over the sum
+ *    writes: the fused and unfused paths are bitwise equal to each other here too.
  *  - Across ranks every output is bitwise identical when residual_in and gamma are identical on
  *    every rank (as in tensor parallelism); with per-rank residuals each rank's outputs follow the
  *    rules above with its own residual.
@@ -106,7 +144,7 @@ extern "C" {
 #define ARF_VERSION_MAJOR 0
 #define ARF_VERSION_MINOR 1
 /* Bumped whenever a public struct changes layout; structs carry struct_size + version. */
-#define ARF_API_VERSION 5
+#define ARF_API_VERSION 6
 
 /* Largest world size the kernels are built for. */
 #define ARF_MAX_RANKS 8
@@ -240,7 +278,11 @@ typedef enum arfAlgorithm_t {
 } arfAlgorithm_t;
 
 /* Opaque rendezvous key: ranks that pass the same id form one communicator. The ipc transport
- * uses its first 16 bytes (the part arfUniqueIdToString prints). */
+ * uses its first 16 bytes (the part arfUniqueIdToString prints): its rendezvous socket is named
+ * after them. Whoever knows them can take that name before rank 0 does (creation then fails on
+ * every rank, bounded), so hand the id to other processes privately: through their environment, a
+ * file only you can read, or a channel like NCCL's broadcast (arfCommInitRankFromNccl), never on
+ * a command line, which every user of the host can read. */
 typedef struct arfUniqueId {
   char internal[64];
 } arfUniqueId;
@@ -279,8 +321,21 @@ typedef struct arfCommConfig_t {
    * own, so a protocol slip (ranks in different calls exchanging data) becomes arfInternal naming
    * the call and both ranks (arfCommGetAsyncError) instead of silently wrong numbers. Costs one
    * extra store and load per CTA and peer. ARF_VERIFY_CALLS=1 in the environment at creation turns
-   * it on as well. 0 (default): off. Version 1-3 callers get 0. */
+   * it on as well. 0 (default): off. Version 1-3 callers get 0. Agreed at creation: the check runs
+   * on every rank as soon as one rank asks for it (by this field or the variable), since it
+   * compares what every peer publishes. */
   int verify_calls;
+  /* API version 6. The most CTAs one call keeps on a GPU at once, counting every rank of this
+   * communicator on that GPU (ranks sharing a GPU split it: max_ctas / ranks on the GPU each, at
+   * least 1); 0 (default): no bound. Every kernel of every algorithm launches at most that many
+   * (the nccl algorithm passes it to NCCL as ncclConfig_t.maxCTAs), and a CTA is resident on one
+   * SM, so a call occupies at most max_ctas SMs of each GPU: the rest stays free for the spinning
+   * kernels of other communicators (Co-residency, above). A bound too small for the algorithms (less
+   * than one CTA per rank sharing a GPU) makes them infeasible: auto falls back where it can,
+   * else arfUnsupported with the reason; a call never waits for SMs it cannot get. Must be equal
+   * on every rank (creation fails on every rank otherwise, naming the ranks); arfPlanFacts_t and
+   * arfPlan's reason show it. Version 1-5 callers get 0. */
+  int max_ctas;
 } arfCommConfig_t;
 
 typedef struct arfComm* arfComm_t;
@@ -289,7 +344,9 @@ typedef struct arfComm* arfComm_t;
  * max_tokens 1024, max_hidden 8192, default timeouts. */
 void arfCommConfigInit(arfCommConfig_t* config);
 
-/* A fresh random rendezvous id (unique per call with overwhelming probability). */
+/* A fresh random rendezvous id: all 64 bytes from the kernel's random source (getrandom), so the
+ * 16 bytes that name the ipc socket are 128 unpredictable bits, and two ids collide with
+ * negligible probability. arfInternal when the random source fails. */
 arfStatus_t arfGetUniqueId(arfUniqueId* id);
 
 /* The rendezvous id as text, for handing it to other processes (ipc transport): 32 hex digits of
@@ -347,7 +404,12 @@ arfStatus_t arfCommInitAll(arfComm_t* comms, int world_size, const int* devices,
 
 /* Collective: every rank calls it (from its own thread for the local transport, or all from one
  * thread in any order). Waits for this rank's outstanding work, then releases its resources once all
- * ranks have called it. comm may be NULL (no-op). */
+ * ranks have called it. comm may be NULL (no-op). Bounded: where the communicator has the nccl
+ * algorithm, NCCL is shut down first (its kernels do not bound their waits): a failed communicator
+ * aborts it (ncclCommAbort: NCCL kernels still waiting for a peer give up); a healthy one flushes
+ * it (ncclCommFinalize) for up to timeout_seconds and aborts it when that runs out, returning
+ * arfTimeout (an nccl call in flight whose peer died is then lost). Not concurrently with any other
+ * call on comm, arfCommGetAsyncError's watchdog included. */
 arfStatus_t arfCommDestroy(arfComm_t comm);
 
 arfStatus_t arfCommGetRank(arfComm_t comm, int* rank);
@@ -357,7 +419,9 @@ arfStatus_t arfCommGetWorldSize(arfComm_t comm, int* world_size);
  * healthy; arfTimeout once a bounded wait expired, arfInternal once the per-call integrity check
  * (verify_calls) failed. The message names the rank that waited, the peer, the phase, the CTA and
  * the call index; the communicator is then failed and every later operation returns
- * arfCommFailed. */
+ * arfCommFailed. Once the communicator has failed for any reason it returns that failure. Safe to
+ * call from a thread other than the one issuing calls, concurrently with them (Thread safety,
+ * above); the error string is that thread's (arfGetLastErrorString is thread-local). */
 arfStatus_t arfCommGetAsyncError(arfComm_t comm);
 
 /* Calls are numbered 0, 1, 2, ... per communicator in the order their collective kernels run on
@@ -412,7 +476,10 @@ typedef struct arfFusedArgs_t {
   const void* gamma;         /* [hidden], dtype gamma_dtype */
   arfDataType_t gamma_dtype; /* activation dtype (default) or arfFloat32 */
   int gamma_plus_one;        /* 1: scale by (1 + gamma) (Gemma style); 0: by gamma */
-  float eps;                 /* RMSNorm epsilon (default 1e-6) */
+  float eps;                 /* RMSNorm epsilon (default 1e-6): finite and > 0 (any positive
+                                float), else arfInvalidArgument before launch: with 0 an all-zero
+                                row's norm would be NaN and a row whose mean of squares underflows
+                                +-Inf. Not read by pattern allreduce. */
 
   /* Quantized patterns (ARF_API_VERSION >= 2). */
   void* quant_out;               /* e4m3 [T,H] or packed e2m1 [T,H/2] */
@@ -429,6 +496,22 @@ typedef struct arfFusedArgs_t {
 
   /* API version 5. Version 1-4 callers (struct_size without it) get arfFp8ScaleDivide. */
   arfFp8ScaleRule_t scale_rule;    /* fp8 per-token / per-group only; default arfFp8ScaleDivide */
+
+  /* API version 6. Sandwich (post-norm) calls, the end of a Gemma 2/3 or OLMo 2 attention or MLP
+   * block, where the all-reduced value is normalised before it joins the residual stream:
+   *   h = round(RMSNorm(ar) * post_gamma)   (not written anywhere)
+   *   residual_out = round(h + residual_in) (= h when residual_in is NULL)
+   *   norm_out = RMSNorm(residual_out) * gamma, then quantized for the quantized patterns
+   * in one call (Numerics, above). post_gamma: [hidden] device memory of gamma_dtype, read with
+   * the same gamma_plus_one, eps and norm_rounding as gamma (Gemma's and OLMo 2's norms of a layer
+   * share them), 16-byte aligned, overlapping no output. Every algorithm and fallback level runs
+   * it (arfPlan's reason says "sandwich"). NULL (default; version 1-5 callers): the residual adds
+   * to the sum itself. Pattern allreduce takes NULL only (arfInvalidArgument). Not offered yet:
+   * until its GPU tests have passed on a release, a call with post_gamma set is refused with
+   * arfUnsupported unless the process sets ARF_EXPERIMENTAL_SANDWICH=1 (testing only; every rank
+   * must set it alike, else the calls fail on every rank). Whether it is NULL
+   * is part of a call's shape: arfPlanShape and arfPlanFromFacts read that, not the address. */
+  const void* post_gamma;
 } arfFusedArgs_t;
 
 /* Fills defaults: struct_size/version, pattern residual_rmsnorm, algorithm auto, bf16, eps 1e-6,
@@ -454,7 +537,8 @@ typedef struct arfPlan_t {
  * graph-capture safe. */
 arfStatus_t arfPlan(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan);
 
-/* arfPlan for a shape alone: the pointers of args are ignored (graph compilers decide before any
+/* arfPlan for a shape alone: the pointers of args are ignored, but for whether post_gamma is NULL
+ * (a sandwich call; any non-NULL value will do) (graph compilers decide before any
  * tensor exists). Every other field is validated as arfPlan does, against the same communicator
  * facts and tuning table, so it is identical on every rank and equal to arfPlan's plan. */
 arfStatus_t arfPlanShape(arfComm_t comm, const arfFusedArgs_t* args, arfPlan_t* plan);
@@ -471,9 +555,13 @@ typedef struct arfPlanFacts_t {
   int sm_count;              /* smallest multiprocessor count among the ranks' devices */
   int ranks_per_device;      /* >1 when ranks share a GPU (virtual ranks) */
   int nccl;                  /* 1 when the communicator has the nccl algorithm */
+  int max_ctas;              /* API version 6: arfCommConfig_t's (0: no bound). It sits in what
+                                was the version 4-5 struct's tail padding, so their facts (the same
+                                size) plan with 0, whatever the padding holds */
 } arfPlanFacts_t;
 
-/* Defaults: one rank, bf16, max_tokens 1024, max_hidden 8192, 132 SMs, one rank per device. */
+/* Defaults: one rank, bf16, max_tokens 1024, max_hidden 8192, 132 SMs, one rank per device, no
+ * CTA bound. */
 void arfPlanFactsInit(arfPlanFacts_t* facts);
 /* The facts of a communicator. */
 arfStatus_t arfCommGetPlanFacts(arfComm_t comm, arfPlanFacts_t* facts);
@@ -500,6 +588,52 @@ arfStatus_t arfAllReduce(arfComm_t comm, const void* in, void* out, size_t count
  * combination, and for a hidden size the pattern cannot take (not a multiple of its block). */
 size_t arfScaleBufferBytes(arfPattern_t pattern, arfScaleLayout_t layout, arfScaleFormat_t format,
                            size_t num_tokens, size_t hidden);
+
+/* Element types of the quantized outputs (arfQuantOutputLayout). */
+typedef enum arfElementType_t {
+  arfElementFloat32 = 0,    /* fp32 scales */
+  arfElementFloat8E4M3 = 1, /* e4m3: FP8 values, NVFP4 scales */
+  arfElementUInt8 = 2       /* bytes: packed e2m1 pairs (FP4 values), UE8M0 scale codes */
+} arfElementType_t;
+
+/* One output buffer of a quantized pattern: a row-major array of `rank` (1 or 2) dimensions of
+ * `element`. dims[] holds the sizes for the num_tokens asked; every dimension is the same function
+ * of the token count T for any T, dims[i] = tokens_scale[i] * round_up(T, tokens_align[i]) +
+ * fixed[i] (tokens_scale 0: independent of T), for callers that shape a buffer before T is known
+ * (a graph compiler's symbolic shapes). Entries past rank are 0. */
+typedef struct arfQuantBuffer_t {
+  arfElementType_t element;
+  int rank;
+  size_t element_bytes;   /* 4 (fp32) or 1 */
+  size_t dims[2];
+  size_t bytes;           /* dims multiplied, times element_bytes */
+  size_t tokens_align[2]; /* >= 1 */
+  size_t tokens_scale[2];
+  size_t fixed[2];
+} arfQuantBuffer_t;
+
+typedef struct arfQuantOutputs_t {
+  arfQuantBuffer_t quant_out;
+  arfQuantBuffer_t scale_out;
+} arfQuantOutputs_t;
+
+/* The layout of quant_out and scale_out of a quantized pattern for num_tokens x hidden: what a
+ * caller allocates. quant_out: e4m3 [T, H] (FP8) or packed e2m1 [T, H/2] (bytes, even element in
+ * the low nibble). scale_out (scale_out.bytes == arfScaleBufferBytes, padding included):
+ *   fp8 per-tensor  fp32 [0] (rank 1: nothing is written; the scale is scale_in)
+ *   fp8 per-token   fp32 [T, 1]
+ *   fp8 per-group   row-major [T, H/128] (fp32, or bytes for UE8M0 packed); MN-major fp32
+ *                   [H/128, round_up(T,4)], MN-major UE8M0 packed bytes [ceil(H/512), 4*round_up(T,4)]
+ *                   (4 codes per 32-bit word along K, little-endian)
+ *   nvfp4           e4m3 [T, H/16] (row-major) or [round_up(T,128), round_up(H/16,4)] (128x4
+ *                   swizzled)
+ *   mxfp4           UE8M0 bytes [T, H/32] or [round_up(T,128), round_up(H/32,4)]
+ * arfInvalidArgument (saying why) for a pattern that does not quantize, a layout or format the
+ * pattern does not take, or a hidden size it cannot (0, or not a multiple of its block); the
+ * other limits of a call (hidden % 8, capacity) are the call's to check. Pure: no GPU. */
+arfStatus_t arfQuantOutputLayout(arfPattern_t pattern, arfScaleLayout_t layout,
+                                 arfScaleFormat_t format, size_t num_tokens, size_t hidden,
+                                 arfQuantOutputs_t* outputs);
 
 const char* arfGetStatusString(arfStatus_t status);
 /* Detail of the last failure on the calling thread ("" if none). */

@@ -85,6 +85,8 @@ inline constexpr bool is_quant_pattern(Pattern p) { return static_cast<int>(p) >
 // from the public header.
 inline constexpr int32_t kErrorCodeTimeout = 5;
 inline constexpr int32_t kErrorCodeInternal = 6;
+// A wait given up because a peer released this call (ControlBlock::release_from): arfCommFailed.
+inline constexpr int32_t kErrorCodeReleased = 7;
 
 // KernelParams::scale_format values: arfScaleFormat_t's (core/quant_rules.cc asserts that they are
 // equal).
@@ -117,6 +119,11 @@ struct ControlBlock {
   // rank at the same call; the call index of error reports and arfCommGetFirstLostCall.
   uint64_t call_index;
   uint64_t calls_entered;     // call_index + 1 of the last collective kernel whose CTA 0 started
+  // Calls from this index on are released: their kernels give up at entry or at their next wait
+  // (protocol.cuh, spin_until). Written by a peer's release kernel (kernels/release_kernel.cuh)
+  // when that peer's host found that the ranks no longer issue the same calls; UINT64_MAX (set at
+  // initialisation) while no call is released. Lowered, never raised.
+  uint64_t release_from;
   uint32_t gate_epoch;        // shared-device gates this rank passed (protocol.cuh, shared_device_gate)
   uint32_t abort;             // set by the first expired wait: every later wait gives up at once
   uint32_t cta_epoch[kMaxCtas];  // per-CTA barrier epoch, monotonic (see PeerBarrier in protocol.cuh)
@@ -126,8 +133,8 @@ struct ControlBlock {
 // (`claim` is taken with a compare-and-swap); the detail fields are written next and `code` last,
 // after a system fence, so a host that sees a non-zero code sees the complete record.
 struct ErrorRecord {
-  int32_t code;   // 0 = none, else kErrorCodeTimeout, or kErrorCodeInternal for an integrity
-                  // failure (arfStatus_t values); published last
+  int32_t code;   // 0 = none, else kErrorCodeTimeout, kErrorCodeInternal for an integrity
+                  // failure, kErrorCodeReleased (arfStatus_t values); published last
   int32_t claim;  // 0 until the first failing wait claims the record
   int32_t rank;
   int32_t peer;
@@ -174,7 +181,12 @@ struct KernelParams {
   void* residual_out;
   void* norm_out;
   const void* gamma;
-  int gamma_fp32;      // 1: gamma is fp32, else activation dtype
+  // Sandwich calls (arfFusedArgs_t::post_gamma): the all-reduced row is first normalised with this
+  // gamma (same dtype, offset and eps as gamma), rounded, and that is what the residual is added
+  // to. Null: the residual is added to the all-reduced row itself. Uniform over the grid, so
+  // kernels branch on it at run time instead of doubling the kernel set.
+  const void* post_gamma;
+  int gamma_fp32;      // 1: gamma and post_gamma are fp32, else activation dtype
   float gamma_offset;  // 0, or 1 for (1 + gamma)
   float eps;
 
@@ -211,5 +223,9 @@ struct KernelParams {
 };
 
 inline constexpr size_t dtype_bytes(DType t) { return t == DType::kFp32 ? 4 : 2; }
+// As the tuning table's JSON, the kernel units' file names and the launcher's messages spell it.
+inline constexpr const char* dtype_name(DType t) {
+  return t == DType::kBf16 ? "bf16" : t == DType::kFp16 ? "fp16" : "fp32";
+}
 
 }  // namespace arf

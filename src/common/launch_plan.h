@@ -20,12 +20,22 @@ struct LaunchPlan {
   // CTAs of the second kernel of a two-kernel plan (unfused, nccl, level 2/3: a streaming kernel
   // without a protocol, policy.h protocol_free_grid_cap); also set, unused, for one-kernel plans.
   int epilogue_grid = 1;
-  // Ranks share a GPU (virtual ranks): the one-CTA shared-device gate kernel runs before the
-  // collective kernel (launch.cu; not counted in Plan::num_kernels, which counts the call's
-  // collective and epilogue kernels). Decided from the agreed facts, so it is the same on every
-  // rank, also on one that has its GPU to itself (its gate waits for nobody).
+  // Ranks share a GPU (virtual ranks, or processes on one GPU): the plan owes the one-CTA
+  // shared-device gate kernel before the collective kernel (launch.cu; not counted in
+  // Plan::num_kernels, which counts the call's collective and epilogue kernels). Decided from the
+  // agreed facts, the same on every rank. Which ranks launch it is a per-rank static fact
+  // (launches_shared_device_gate): in a mixed placement a rank alone on its GPU has nobody to wait
+  // for and launches none, while its collective keeps the plan's algorithm and grid like every
+  // rank's.
   bool shared_device_gate = false;
 };
+
+// Whether a rank launches the shared-device gate before its collective kernel: the plan owes it
+// and the rank has device mates (KernelParams::device_mates, fixed at creation). The gate waits
+// for exactly those mates, so a rank without any would only spend a launch.
+inline bool launches_shared_device_gate(const LaunchPlan& plan, uint32_t device_mates) {
+  return plan.shared_device_gate && device_mates != 0;
+}
 
 // Threads per CTA for a row of row_elems columns: one 16-byte vector per thread up to
 // kNarrowBlockThreads, then two each up to 8192 columns (so every row an engine of today runs keeps

@@ -1,6 +1,7 @@
-// The protocol's index and epoch arithmetic, __host__ __device__ so tests/cpu can drive it with host
-// threads (tests/cpu/test_protocol_index.cc). The reasons behind each rule are in protocol.cuh and
-// docs/protocol.md; this file only computes.
+// The protocol's index and epoch arithmetic, __host__ __device__ so host code runs it too: its tests
+// (tests/cpu/test_protocol_index.cc) and the protocol model, which takes its rules from here
+// (tests/protocol_model). The reasons behind each rule are in protocol.cuh and docs/protocol.md;
+// this file only computes.
 #pragma once
 
 #include <cstdint>

@@ -28,12 +28,12 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #if defined(__CUDACC__)
 #include <cuda_fp8.h>
 #endif
 
+#include "base/bit_cast.h"
 #include "base/host_device.h"
 
 namespace arf::quant {
@@ -49,26 +49,6 @@ inline constexpr uint8_t kE4m3Nan = 0x7F;
 inline constexpr uint8_t kUe8m0Nan = 0xFF;
 
 // ---- exact IEEE primitives, identical on host and device ------------------------------------
-
-ARF_HD inline uint32_t float_to_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-#endif
-}
-
-ARF_HD inline float bits_to_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-#endif
-}
 
 ARF_HD inline float div_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
@@ -107,7 +87,7 @@ ARF_HD inline float rcp_rn(float x) {
 // Running absolute maximum. NaN elements are ignored (a NaN compares false), which is what
 // fmaxf(acc, fabsf(x)) and __hmax do on the GPU, so any reduction order gives the same amax.
 ARF_HD inline float abs_max(float acc, float x) {
-  const float a = bits_to_float(float_to_bits(x) & 0x7FFFFFFFu);
+  const float a = bit_cast<float>(bit_cast<uint32_t>(x) & 0x7FFFFFFFu);
   return a > acc ? a : acc;
 }
 
@@ -146,7 +126,7 @@ ARF_HD inline uint32_t round_magnitude(uint32_t a) {
 // ---- FP8 e4m3 (OCP e4m3fn) ---------------------------------------------------------------------
 
 ARF_HD inline uint8_t encode_e4m3(float x) {
-  const uint32_t u = float_to_bits(x);
+  const uint32_t u = bit_cast<uint32_t>(x);
   const uint32_t sign = (u >> 24) & 0x80u;
   const uint32_t a = u & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return kE4m3Nan;
@@ -181,19 +161,19 @@ ARF_HD inline float decode_e4m3(uint8_t c) {
   const uint32_t sign = static_cast<uint32_t>(c & 0x80u) << 24;
   const uint32_t exp = (c >> 3) & 0xFu;
   const uint32_t mant = c & 0x7u;
-  if ((c & 0x7Fu) == 0x7Fu) return bits_to_float(sign | 0x7FC00000u);
+  if ((c & 0x7Fu) == 0x7Fu) return bit_cast<float>(sign | 0x7FC00000u);
   if (exp == 0) {  // mant * 2^-9: both factors exact, so the product is exact
     const float m = mul_rn(static_cast<float>(mant), 0x1p-9f);
-    return bits_to_float(sign | float_to_bits(m));
+    return bit_cast<float>(sign | bit_cast<uint32_t>(m));
   }
-  return bits_to_float(sign | ((exp + 120u) << 23) | (mant << 20));
+  return bit_cast<float>(sign | ((exp + 120u) << 23) | (mant << 20));
 }
 
 // ---- FP4 e2m1 ----------------------------------------------------------------------------------
 
 // Returns the 4-bit code in the low nibble.
 ARF_HD inline uint8_t encode_e2m1(float x) {
-  const uint32_t u = float_to_bits(x);
+  const uint32_t u = bit_cast<uint32_t>(x);
   const uint32_t sign = (u >> 28) & 0x8u;
   const uint32_t a = u & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return 0x7u;  // NaN -> +6, as CUDA's conversion does
@@ -206,14 +186,14 @@ ARF_HD inline float decode_e2m1(uint8_t c) {
   // Magnitudes of codes 0..7, each exact in float.
   const uint32_t code = c & 0x7u;
   const float m = code < 2 ? (code == 1 ? 0.5f : 0.0f)
-                           : bits_to_float(((code >> 1) + 126u) << 23 | (code & 1u) << 22);
-  return bits_to_float(float_to_bits(m) | (c & 0x8u ? 0x80000000u : 0u));
+                           : bit_cast<float>(((code >> 1) + 126u) << 23 | (code & 1u) << 22);
+  return bit_cast<float>(bit_cast<uint32_t>(m) | (c & 0x8u ? 0x80000000u : 0u));
 }
 
 // ---- UE8M0 -------------------------------------------------------------------------------------
 
 ARF_HD inline uint8_t encode_ue8m0_ceil(float x) {
-  const uint32_t a = float_to_bits(x) & 0x7FFFFFFFu;
+  const uint32_t a = bit_cast<uint32_t>(x) & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return kUe8m0Nan;
   if (a == 0x7F800000u) return 0xFEu;
   const uint32_t exp = a >> 23;
@@ -223,18 +203,18 @@ ARF_HD inline uint8_t encode_ue8m0_ceil(float x) {
 }
 
 ARF_HD inline float decode_ue8m0(uint8_t e) {
-  if (e == kUe8m0Nan) return bits_to_float(0x7FC00000u);
-  if (e == 0) return bits_to_float(0x00400000u);  // 2^-127, a float subnormal
-  return bits_to_float(static_cast<uint32_t>(e) << 23);
+  if (e == kUe8m0Nan) return bit_cast<float>(0x7FC00000u);
+  if (e == 0) return bit_cast<float>(0x00400000u);  // 2^-127, a float subnormal
+  return bit_cast<float>(static_cast<uint32_t>(e) << 23);
 }
 
 // 1 / decode_ue8m0(e) = 2^(127 - e), exact for every finite code. Multiplying by it gives the same
 // bits as dividing by the scale (the two operations round the same real number), so a kernel may
 // use mul_rn(x, ue8m0_reciprocal(e)) wherever this file says div_rn(x, scale) for a UE8M0 scale.
 ARF_HD inline float ue8m0_reciprocal(uint8_t e) {
-  if (e == kUe8m0Nan) return bits_to_float(0x7FC00000u);
-  if (e == 0xFEu) return bits_to_float(0x00400000u);  // 2^-127
-  return bits_to_float((254u - e) << 23);
+  if (e == kUe8m0Nan) return bit_cast<float>(0x7FC00000u);
+  if (e == 0xFEu) return bit_cast<float>(0x00400000u);  // 2^-127
+  return bit_cast<float>((254u - e) << 23);
 }
 
 // ---- scale rules -------------------------------------------------------------------------------
@@ -309,7 +289,7 @@ ARF_HD inline E4m3Reciprocal e4m3_reciprocal(float scale) {
 ARF_HD inline float e4m3_dynamic_quotient(float x, const E4m3Reciprocal& r) {
   const float q0 = mul_rn(x, r.recip);
   const float q1 = fma_rn(fma_rn(r.neg_scale, q0, x), r.recip, q0);
-  return bits_to_float(float_to_bits(q1) | (float_to_bits(x) & 0x80000000u));
+  return bit_cast<float>(bit_cast<uint32_t>(q1) | (bit_cast<uint32_t>(x) & 0x80000000u));
 }
 
 // x / scale for a caller's PER-TENSOR scale (any float) without a division: x and |scale| are
@@ -348,27 +328,27 @@ struct E4m3TensorReciprocal {
 };
 
 ARF_HD inline E4m3TensorReciprocal e4m3_tensor_reciprocal(float scale) {
-  const uint32_t u = float_to_bits(scale);
+  const uint32_t u = bit_cast<uint32_t>(scale);
   const uint32_t a = u & 0x7FFFFFFFu;
   const uint32_t sign = u & 0x80000000u;
   const uint32_t biased = a >> 23;
-  const float one = bits_to_float(sign | 0x3F800000u);
-  if (a == 0) return {one, 0.0f, bits_to_float(0x7F800000u)};
-  if (biased == 255) return {one, 0.0f, a == 0x7F800000u ? 0.0f : bits_to_float(a)};
+  const float one = bit_cast<float>(sign | 0x3F800000u);
+  if (a == 0) return {one, 0.0f, bit_cast<float>(0x7F800000u)};
+  if (biased == 255) return {one, 0.0f, a == 0x7F800000u ? 0.0f : bit_cast<float>(a)};
   // 2^(127 - biased) for a normal scale (2^-127, the one subnormal power, when biased is 254),
   // 2^127 for a subnormal one.
   const uint32_t prescale_bits = biased == 0 ? 254u << 23 : biased == 254 ? 0x00400000u : (254u - biased) << 23;
-  return {bits_to_float(sign | prescale_bits), mul_rn(bits_to_float(a), bits_to_float(prescale_bits)),
-          rcp_rn(mul_rn(bits_to_float(a), bits_to_float(prescale_bits)))};
+  return {bit_cast<float>(sign | prescale_bits), mul_rn(bit_cast<float>(a), bit_cast<float>(prescale_bits)),
+          rcp_rn(mul_rn(bit_cast<float>(a), bit_cast<float>(prescale_bits)))};
 }
 
 ARF_HD inline float e4m3_tensor_quotient(float x, const E4m3TensorReciprocal& r) {
-  const uint32_t u = float_to_bits(mul_rn(x, r.prescale));  // exact but where it cannot matter
-  const float ax = bits_to_float(u & 0x7FFFFFFFu);
+  const uint32_t u = bit_cast<uint32_t>(mul_rn(x, r.prescale));  // exact but where it cannot matter
+  const float ax = bit_cast<float>(u & 0x7FFFFFFFu);
   const float q0 = mul_rn(ax, r.recip);
   const float q0c = q0 >= 1024.0f ? 1024.0f : q0;  // a select: NaN passes through
   const float q1 = fma_rn(fma_rn(-r.scale, q0c, ax), r.recip, q0c);
-  return bits_to_float(float_to_bits(q1) | (u & 0x80000000u));  // the sign of x / scale
+  return bit_cast<float>(bit_cast<uint32_t>(q1) | (u & 0x80000000u));  // the sign of x / scale
 }
 
 // NVFP4 block of 16 (TRT-LLM/FlashInfer cvt_warp_fp16_to_fp4 recipe, with exact IEEE operations
@@ -400,7 +380,7 @@ ARF_HD inline Nvfp4BlockScale nvfp4_block_scale(float amax, float global_scale) 
 // two, which never saturates but can leave the top code unused.) amax 0 or below 2^-124 gives code
 // 0; an infinite amax gives the NaN code 0xFF, marking a broken row.
 ARF_HD inline uint8_t mxfp4_scale_code(float amax) {
-  const uint32_t a = float_to_bits(amax) & 0x7FFFFFFFu;
+  const uint32_t a = bit_cast<uint32_t>(amax) & 0x7FFFFFFFu;
   if (a >= 0x7F800000u) return kUe8m0Nan;
   const uint32_t exp = a >> 23;  // floor(log2(amax)) + 127 for normal amax
   return static_cast<uint8_t>(exp > 2 ? exp - 2 : 0);

@@ -78,20 +78,52 @@ ARF_HD constexpr bool scale_layout_supported(ScaleLayout layout, ScaleStorage st
   return layout != ScaleLayout::kSwizzled128x4 || storage == ScaleStorage::kByte;
 }
 
+// A row-major buffer of up to two dimensions, each the same function of the token count T for
+// every T: tokens_scale * round_up(T, tokens_align) + fixed (tokens_scale 0: independent of T).
+// The public arfQuantOutputLayout reports buffers so (core/quant_rules.cc), for callers that shape
+// a buffer before T is known.
+struct BufferDim {
+  int64_t tokens_align, tokens_scale, fixed;
+  ARF_HD constexpr int64_t at(int64_t num_tokens) const {
+    return tokens_scale * round_up(num_tokens, tokens_align) + fixed;
+  }
+};
+struct BufferShape {
+  int rank;            // 1 or 2; 0: no such buffer
+  int64_t elem_bytes;
+  BufferDim dims[2];
+  ARF_HD constexpr int64_t bytes(int64_t num_tokens) const {
+    int64_t n = rank > 0 ? elem_bytes : 0;
+    for (int i = 0; i < rank; ++i) n *= dims[i].at(num_tokens);
+    return n;
+  }
+};
+
+// The scale buffer of (layout, storage) for rows of `cols` scales, as the array a consumer views:
+// row-major [T, cols]; MN-major fp32 [cols, Tp], MN-major packed bytes [ceil(cols / 4), 4 * Tp]
+// (Tp = round_up(T, 4)); 128x4-swizzled bytes [round_up(T, 128), round_up(cols, 4)]. Padding
+// included; rank 0 for an unsupported pair. The one statement of a scale buffer's extent:
+// scale_buffer_bytes multiplies it out.
+ARF_HD constexpr BufferShape scale_buffer_shape(ScaleLayout layout, ScaleStorage storage, int64_t cols) {
+  if (!scale_layout_supported(layout, storage)) return {0, 0, {{1, 0, 0}, {1, 0, 0}}};
+  const int64_t e = scale_elem_bytes(storage);
+  switch (layout) {
+    case ScaleLayout::kRowMajor:
+      return {2, e, {{1, 1, 0}, {1, 0, cols}}};
+    case ScaleLayout::kMnMajor:
+      return storage == ScaleStorage::kFp32
+                 ? BufferShape{2, e, {{1, 0, cols}, {kMnMajorTokenAlign, 1, 0}}}
+                 : BufferShape{2, e, {{1, 0, ceil_div(cols, 4)}, {kMnMajorTokenAlign, 4, 0}}};
+    case ScaleLayout::kSwizzled128x4:
+      return {2, e, {{kSwizzleTileRows, 1, 0}, {1, 0, round_up(cols, kSwizzleTileCols)}}};
+  }
+  return {0, 0, {{1, 0, 0}, {1, 0, 0}}};
+}
+
 // Bytes a scale buffer must have, padding included (0 for an unsupported pair).
 ARF_HD constexpr int64_t scale_buffer_bytes(ScaleLayout layout, ScaleStorage storage,
                                             int64_t num_tokens, int64_t cols) {
-  if (!scale_layout_supported(layout, storage)) return 0;
-  switch (layout) {
-    case ScaleLayout::kRowMajor:
-      return num_tokens * cols * scale_elem_bytes(storage);
-    case ScaleLayout::kMnMajor:
-      return storage == ScaleStorage::kFp32 ? cols * mn_major_tokens(num_tokens) * 4
-                                            : ceil_div(cols, 4) * mn_major_tokens(num_tokens) * 4;
-    case ScaleLayout::kSwizzled128x4:
-      return round_up(num_tokens, kSwizzleTileRows) * round_up(cols, kSwizzleTileCols);
-  }
-  return 0;
+  return scale_buffer_shape(layout, storage, cols).bytes(num_tokens);
 }
 
 // Byte offset of scale (t, c), padding positions included; -1 for an unsupported pair.

@@ -49,6 +49,9 @@ constexpr AbiEntry kAbi[] = {
     ARF_ABI_CONST(arfFallbackTwoKernels), ARF_ABI_CONST(arfFallbackThreeKernels),
     ARF_ABI_CONST(arfNormRoundOnce), ARF_ABI_CONST(arfNormRoundBeforeWeight),
     ARF_ABI_CONST(arfFp8ScaleDivide), ARF_ABI_CONST(arfFp8ScaleTimesReciprocal),
+    // arfElementType_t
+    ARF_ABI_CONST(arfElementFloat32), ARF_ABI_CONST(arfElementFloat8E4M3),
+    ARF_ABI_CONST(arfElementUInt8),
     // arfAlgorithm_t
     ARF_ABI_CONST(arfAlgoAuto), ARF_ABI_CONST(arfAlgoOneshotLamport),
     ARF_ABI_CONST(arfAlgoOneshotPull), ARF_ABI_CONST(arfAlgoTwoshot), ARF_ABI_CONST(arfAlgoUnfused),
@@ -65,7 +68,7 @@ constexpr AbiEntry kAbi[] = {
     ARF_ABI_FIELD(arfCommConfig_t, timeout_seconds),
     ARF_ABI_FIELD(arfCommConfig_t, init_timeout_seconds),
     ARF_ABI_FIELD(arfCommConfig_t, programmatic_launch),
-    ARF_ABI_FIELD(arfCommConfig_t, verify_calls),
+    ARF_ABI_FIELD(arfCommConfig_t, verify_calls), ARF_ABI_FIELD(arfCommConfig_t, max_ctas),
     // arfFusedArgs_t
     ARF_ABI_SIZE(arfFusedArgs_t), ARF_ABI_FIELD(arfFusedArgs_t, struct_size),
     ARF_ABI_FIELD(arfFusedArgs_t, version), ARF_ABI_FIELD(arfFusedArgs_t, pattern),
@@ -79,7 +82,7 @@ constexpr AbiEntry kAbi[] = {
     ARF_ABI_FIELD(arfFusedArgs_t, scale_out), ARF_ABI_FIELD(arfFusedArgs_t, scale_in),
     ARF_ABI_FIELD(arfFusedArgs_t, scale_layout), ARF_ABI_FIELD(arfFusedArgs_t, scale_format),
     ARF_ABI_FIELD(arfFusedArgs_t, fallback), ARF_ABI_FIELD(arfFusedArgs_t, norm_rounding),
-    ARF_ABI_FIELD(arfFusedArgs_t, scale_rule),
+    ARF_ABI_FIELD(arfFusedArgs_t, scale_rule), ARF_ABI_FIELD(arfFusedArgs_t, post_gamma),
     // arfPlan_t
     ARF_ABI_SIZE(arfPlan_t), ARF_ABI_FIELD(arfPlan_t, algorithm),
     ARF_ABI_FIELD(arfPlan_t, inner_allreduce), ARF_ABI_FIELD(arfPlan_t, num_kernels),
@@ -91,7 +94,15 @@ constexpr AbiEntry kAbi[] = {
     ARF_ABI_FIELD(arfPlanFacts_t, dtype), ARF_ABI_FIELD(arfPlanFacts_t, max_tokens),
     ARF_ABI_FIELD(arfPlanFacts_t, max_hidden), ARF_ABI_FIELD(arfPlanFacts_t, oneshot_max_tokens),
     ARF_ABI_FIELD(arfPlanFacts_t, sm_count), ARF_ABI_FIELD(arfPlanFacts_t, ranks_per_device),
-    ARF_ABI_FIELD(arfPlanFacts_t, nccl),
+    ARF_ABI_FIELD(arfPlanFacts_t, nccl), ARF_ABI_FIELD(arfPlanFacts_t, max_ctas),
+    // arfQuantBuffer_t, arfQuantOutputs_t
+    ARF_ABI_SIZE(arfQuantBuffer_t), ARF_ABI_FIELD(arfQuantBuffer_t, element),
+    ARF_ABI_FIELD(arfQuantBuffer_t, rank), ARF_ABI_FIELD(arfQuantBuffer_t, element_bytes),
+    ARF_ABI_FIELD(arfQuantBuffer_t, dims), ARF_ABI_FIELD(arfQuantBuffer_t, bytes),
+    ARF_ABI_FIELD(arfQuantBuffer_t, tokens_align), ARF_ABI_FIELD(arfQuantBuffer_t, tokens_scale),
+    ARF_ABI_FIELD(arfQuantBuffer_t, fixed),
+    ARF_ABI_SIZE(arfQuantOutputs_t), ARF_ABI_FIELD(arfQuantOutputs_t, quant_out),
+    ARF_ABI_FIELD(arfQuantOutputs_t, scale_out),
 };
 
 #undef ARF_ABI_SIZE

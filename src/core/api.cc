@@ -69,11 +69,14 @@ void arfCommConfigInit(arfCommConfig_t* config) {
   config->init_timeout_seconds = arf::kDefaultInitTimeoutSeconds;
   config->programmatic_launch = 0;
   config->verify_calls = 0;
+  config->max_ctas = 0;
 }
 
 arfStatus_t arfGetUniqueId(arfUniqueId* id) {
   ARF_API_REQUIRE(id);
-  *id = arf::local::new_unique_id();
+  arf::Result<arfUniqueId> fresh = arf::local::new_unique_id();
+  if (!fresh.is_ok()) return report(fresh.status());
+  *id = fresh.value();
   return arfSuccess;
 }
 
@@ -294,6 +297,7 @@ void arfPlanFactsInit(arfPlanFacts_t* facts) {
   facts->sm_count = 132;
   facts->ranks_per_device = 1;
   facts->nccl = 0;
+  facts->max_ctas = 0;
 }
 
 arfStatus_t arfCommGetPlanFacts(arfComm_t comm, arfPlanFacts_t* facts) {
@@ -309,6 +313,7 @@ arfStatus_t arfCommGetPlanFacts(arfComm_t comm, arfPlanFacts_t* facts) {
   facts->sm_count = f.min_sm_count;
   facts->ranks_per_device = f.max_ranks_per_device;
   facts->nccl = f.nccl ? 1 : 0;
+  facts->max_ctas = f.max_ctas;
   return arfSuccess;
 }
 
@@ -317,8 +322,10 @@ arfStatus_t arfPlanFromFacts(const arfPlanFacts_t* facts, const arfFusedArgs_t* 
   ARF_API_REQUIRE(facts);
   ARF_API_REQUIRE(args);
   ARF_API_REQUIRE(plan);
-  // arfPlanFacts_t came with version 4 and has not changed since: versions 4 and 5 share it.
-  static_assert(ARF_API_VERSION == 5, "a new API version: say which arfPlanFacts_t it has");
+  // arfPlanFacts_t came with version 4; versions 4 and 5 share it; version 6 added max_ctas in
+  // what had been the struct's tail padding (communicator.h): same size, so a version 4-5 caller's
+  // facts are read without it (no bound).
+  static_assert(ARF_API_VERSION == 6, "a new API version: say which arfPlanFacts_t it has");
   if (facts->struct_size != sizeof(arfPlanFacts_t) || facts->version < 4 ||
       facts->version > ARF_API_VERSION) {
     return report(arf::invalid_argument(
@@ -327,15 +334,17 @@ arfStatus_t arfPlanFromFacts(const arfPlanFacts_t* facts, const arfFusedArgs_t* 
         std::to_string(sizeof(arfPlanFacts_t)) + "/4-" + std::to_string(ARF_API_VERSION) +
         "); use arfPlanFactsInit"));
   }
+  const int max_ctas = facts->version >= 6 ? facts->max_ctas : 0;
   const int w = facts->world_size;
-  if ((w != 1 && w != 2 && w != 4 && w != 8) || facts->sm_count < 1 ||
+  if ((w != 1 && w != 2 && w != 4 && w != 8) || facts->sm_count < 1 || max_ctas < 0 ||
       facts->ranks_per_device < 1 || facts->ranks_per_device > w || facts->max_tokens < 1 ||
       facts->max_tokens > static_cast<size_t>(INT32_MAX) || facts->max_hidden < 8 ||
       facts->max_hidden > static_cast<size_t>(arf::kMaxHidden) || facts->max_hidden % 8 != 0 ||
       (facts->dtype != arfBFloat16 && facts->dtype != arfFloat16)) {
     return report(arf::invalid_argument(
         "facts: world_size 1/2/4/8, sm_count >= 1, 1 <= ranks_per_device <= world_size, "
-        "max_tokens in [1, 2^31), max_hidden a multiple of 8 in [8, 16384], dtype bf16/fp16"));
+        "max_tokens in [1, 2^31), max_hidden a multiple of 8 in [8, 16384], dtype bf16/fp16, "
+        "max_ctas >= 0"));
   }
   arf::StaticFacts f;
   f.world = w;
@@ -348,7 +357,8 @@ arfStatus_t arfPlanFromFacts(const arfPlanFacts_t* facts, const arfFusedArgs_t* 
   f.min_sm_count = facts->sm_count;
   f.max_ranks_per_device = facts->ranks_per_device;
   f.nccl = facts->nccl != 0;
-  const arfFusedArgs_t a = arf::upgrade_fused_args(args);
+  f.max_ctas = max_ctas;
+  const arf::FusedArgs a = arf::upgrade_fused_args(args);
   if (const arf::Status s = arf::validate_shape(a, f); !s.is_ok()) return report(s);
   arf::Result<arf::Plan> p = arf::plan_for_shape(a, f, nullptr);
   if (!p.is_ok()) return report(p.status());
@@ -404,6 +414,30 @@ size_t arfScaleBufferBytes(arfPattern_t pattern, arfScaleLayout_t layout, arfSca
   return static_cast<size_t>(arf::quant_scale_buffer_bytes(
       static_cast<arf::Pattern>(pattern), layout, format, static_cast<int64_t>(num_tokens),
       static_cast<int64_t>(hidden)));
+}
+
+arfStatus_t arfQuantOutputLayout(arfPattern_t pattern, arfScaleLayout_t layout, arfScaleFormat_t format,
+                                 size_t num_tokens, size_t hidden, arfQuantOutputs_t* outputs) {
+  ARF_API_REQUIRE(outputs);
+  const std::string fn = "arfQuantOutputLayout: ";
+  if (static_cast<int>(pattern) < arfPatternAllReduce ||
+      static_cast<int>(pattern) > arfPatternResidualRmsNormMxfp4) {
+    return report(arf::invalid_argument(fn + "pattern " + std::to_string(static_cast<int>(pattern)) +
+                                        " is not a valid arfPattern_t"));
+  }
+  // Bounds that keep every size below 2^63 (no call comes near them: max_tokens and max_hidden
+  // are capacities of device memory).
+  constexpr size_t kMaxTokens = size_t{1} << 31, kMaxHidden = size_t{1} << 30;
+  if (num_tokens > kMaxTokens || hidden > kMaxHidden) {
+    return report(arf::invalid_argument(fn + "num_tokens " + std::to_string(num_tokens) + " or hidden " +
+                                        std::to_string(hidden) + " beyond 2^31 / 2^30"));
+  }
+  arf::QuantOutputShapes shapes;
+  const std::string why = arf::quant_output_shapes(static_cast<arf::Pattern>(pattern), layout, format,
+                                                   static_cast<int64_t>(hidden), &shapes);
+  if (!why.empty()) return report(arf::invalid_argument(fn + why));
+  arf::quant_output_layout(shapes, static_cast<int64_t>(num_tokens), outputs);
+  return arfSuccess;
 }
 
 const char* arfGetStatusString(arfStatus_t status) {

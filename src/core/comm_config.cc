@@ -45,6 +45,7 @@ arfCommConfig_t upgrade_config(const arfCommConfig_t* caller) {
   std::memset(&c, 0, sizeof(c));
   const size_t n = caller->struct_size == kCommConfigV2Bytes   ? kCommConfigV2Bytes
                    : caller->struct_size == kCommConfigV3Bytes ? kCommConfigV3Bytes
+                   : caller->struct_size == kCommConfigV5Bytes ? kCommConfigV5Bytes
                                                                : sizeof(c);
   std::memcpy(&c, caller, n);
   return c;
@@ -65,21 +66,29 @@ Result<int64_t> workspace_bytes(const arfCommConfig_t& c) {
 Status validate_config(const arfCommConfig_t& c) {
   const bool v2_size = c.struct_size == kCommConfigV2Bytes;
   const bool v3_size = c.struct_size == kCommConfigV3Bytes;
-  const bool size_ok = v2_size || v3_size || c.struct_size == sizeof(arfCommConfig_t);
-  // Version 3 added programmatic_launch, version 4 verify_calls; a version 1 or 2 struct has the
-  // version 2 layout. Version 5 changed arfFusedArgs_t only: a full-size config is version 4 or 5.
-  static_assert(ARF_API_VERSION == 5, "a new API version: say which config layout it has");
+  const bool v5_size = c.struct_size == kCommConfigV5Bytes;
+  const bool size_ok = v2_size || v3_size || v5_size || c.struct_size == sizeof(arfCommConfig_t);
+  // Version 3 added programmatic_launch, version 4 verify_calls, version 6 max_ctas; a version 1
+  // or 2 struct has the version 2 layout; version 5 changed arfFusedArgs_t only, so a version 4 or
+  // 5 config has the same layout.
+  static_assert(ARF_API_VERSION == 6, "a new API version: say which config layout it has");
   const bool version_ok = v2_size   ? (c.version >= 1 && c.version <= 2)
                           : v3_size ? c.version == 3
-                                    : (c.version == 4 || c.version == 5);
+                          : v5_size ? (c.version == 4 || c.version == 5)
+                                    : c.version == 6;
   if (!size_ok || !version_ok) {
     return invalid_argument("config struct_size " + std::to_string(c.struct_size) + " / version " +
                             std::to_string(c.version) + " do not match this library (" +
                             std::to_string(sizeof(arfCommConfig_t)) + " / " +
                             std::to_string(ARF_API_VERSION) + ", " +
+                            std::to_string(kCommConfigV5Bytes) + " / 4-5, " +
                             std::to_string(kCommConfigV3Bytes) + " / 3, or " +
                             std::to_string(kCommConfigV2Bytes) +
                             " / 1-2); use arfCommConfigInit");
+  }
+  if (c.max_ctas < 0) {
+    return invalid_argument("max_ctas " + std::to_string(c.max_ctas) +
+                            " must be >= 0 (0: no bound)");
   }
   if (c.programmatic_launch != 0 && c.programmatic_launch != 1) {
     return invalid_argument("programmatic_launch " + std::to_string(c.programmatic_launch) +

@@ -14,6 +14,7 @@
 #include "core/co_resident_test.h"
 #include "core/scoped_device.h"
 #include "launch/launch.h"
+#include "launch/release.h"
 #include "transport/ipc.h"
 #include "transport/local.h"
 #include "transport/workspace.h"
@@ -31,6 +32,7 @@ StaticFacts agree_facts(const std::vector<RankInfo>& infos) {
   f.max_tokens = infos[0].max_tokens;
   f.max_hidden = infos[0].max_hidden;
   f.oneshot_max_tokens = infos[0].oneshot_max_tokens;
+  f.max_ctas = infos[0].max_ctas;  // equal on every rank (check_same_settings)
   f.min_sm_count = infos[0].sm_count;
   std::map<int, int> ranks_on_device;
   for (const RankInfo& info : infos) {
@@ -73,7 +75,8 @@ KernelParams make_base_params(int rank, const StaticFacts& facts,
 template <typename Fail>
 Result<std::shared_ptr<Group>> join_local(const arfCommConfig_t& c, const RankInfo& proto,
                                           const WorkspaceLayout& layout, Fail&& fail) {
-  Result<Workspace> ws = allocate_workspace(layout, c.device);
+  Result<Workspace> ws = allocate_workspace(layout, c.device, WorkspaceMemory::kPrivate,
+                                            proto.counters_near_wrap);
   if (!ws.is_ok()) return fail(ws.status());
   RankInfo info = proto;
   info.workspace = ws.value();
@@ -97,6 +100,27 @@ Result<std::shared_ptr<Group>> join_ipc(const arfCommConfig_t& c, const RankInfo
   request.proto = proto;
   request.layout = layout;
   return ipc::join(request);
+}
+
+// ARF_DEBUG_COUNTERS_NEAR_WRAP=N (a debug setting, arfusion.h): the protocol counters start N
+// calls short of 2^32. Unset or empty: 0. Anything but a decimal in [1, 2^30] is refused, naming
+// the variable: a typo must not silently run the ordinary counters.
+Result<uint32_t> counters_near_wrap_from_env() {
+  const char* text = std::getenv(kCountersNearWrapEnv);
+  if (text == nullptr || *text == '\0') return uint32_t{0};
+  uint64_t n = 0;
+  for (const char* p = text; *p != '\0'; ++p) {
+    if (*p < '0' || *p > '9' || n > (uint64_t{1} << 30)) {
+      n = 0;
+      break;
+    }
+    n = n * 10 + static_cast<uint64_t>(*p - '0');
+  }
+  if (n < 1 || n > (uint64_t{1} << 30)) {
+    return invalid_argument(std::string(kCountersNearWrapEnv) + "=\"" + text +
+                            "\" is not a number of calls in [1, 2^30]");
+  }
+  return static_cast<uint32_t>(n);
 }
 
 }  // namespace
@@ -124,8 +148,15 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   if (!table_text.is_ok()) return fail(table_text.status());
   const Result<bool> co_resident_test = co_resident_test_requested(std::getenv(kCoResidentTestEnv));
   if (!co_resident_test.is_ok()) return fail(co_resident_test.status());
+  Result<uint32_t> near_wrap = counters_near_wrap_from_env();
+  if (!near_wrap.is_ok()) return fail(near_wrap.status());
   RankInfo proto;
   proto.tuning_table_json = table_text.take();
+  proto.counters_near_wrap = near_wrap.value();
+  proto.max_ctas = c.max_ctas;
+  const char* verify_env = std::getenv("ARF_VERIFY_CALLS");
+  proto.verify_calls =
+      c.verify_calls != 0 || (verify_env != nullptr && std::strcmp(verify_env, "1") == 0);
   proto.device = c.device;
   proto.device_key = c.device;  // local; ipc derives it from device UUIDs
   proto.dtype = c.dtype == arfFloat16 ? DType::kFp16 : DType::kBf16;
@@ -146,6 +177,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   // Load every kernel now: a lazily loaded kernel's first launch would wait behind peers' spinning
   // kernels when ranks share a GPU.
   if (Status preload = preload_kernels(c.world_size, proto.dtype, proto.max_hidden); !preload.is_ok()) return fail(preload);
+  if (Status preload = preload_release_kernel(); !preload.is_ok()) return fail(preload);
   Result<std::shared_ptr<Group>> group =
       ipc ? join_ipc(c, proto, layout.value()) : join_local(c, proto, layout.value(), fail);
   if (!group.is_ok()) return group.status();
@@ -169,6 +201,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
     const ErrorRecord* record = infos[r].workspace.error_host;
     if (r != c.rank && record != nullptr) comm->error_records_.push_back(record);
   }
+  // The device wait bound (also destroy's bound on NCCL's teardown), final before anything fails.
+  comm->timeout_seconds_ = std::min(
+      c.timeout_seconds > 0 ? c.timeout_seconds : kDefaultTimeoutSeconds, kMaxTimeoutSeconds);
   if (Status nccl = comm->setup_nccl(effective_init_timeout(c)); !nccl.is_ok()) return nccl;
   // Ranks that cannot reach each other's memory run every call on NCCL, or fail together. The
   // failure text and facts_.nccl are identical on every rank, so every rank takes one branch.
@@ -180,9 +215,17 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const arfCommConfig_t
   }
   comm->base_params_ = make_base_params(c.rank, comm->facts_, infos, c.timeout_seconds);
   comm->base_params_.programmatic_launch = c.programmatic_launch;
-  const char* verify_env = std::getenv("ARF_VERIFY_CALLS");
+  // The integrity check compares what peers publish, so it runs on every rank or none: on every
+  // rank when any asked for it (a rank without it would not publish the Lamport slot headers its
+  // peers check, and they would report a spurious arfInternal).
   comm->base_params_.verify_calls =
-      c.verify_calls != 0 || (verify_env != nullptr && std::strcmp(verify_env, "1") == 0) ? 1 : 0;
+      std::any_of(infos.begin(), infos.end(), [](const RankInfo& i) { return i.verify_calls; }) ? 1
+                                                                                               : 0;
+  // The counters' start (every rank's, agreed): the host's count of eager calls follows the
+  // device's call index from there.
+  if (proto.counters_near_wrap != 0) {
+    comm->collective_calls_enqueued_.store((uint64_t{1} << 32) - proto.counters_near_wrap);
+  }
   comm->base_params_.device_mates = comm->group_->device_mates_mask(c.rank);
   comm->timeout_seconds_ = static_cast<double>(comm->base_params_.timeout_ns) * 1e-9;
   comm->pointer_check_ = cuda_pointer_check();
@@ -199,8 +242,13 @@ Communicator::~Communicator() { (void)destroy(); }
 
 Status Communicator::destroy() {
   if (!group_) return Status::ok();
-  // Wait for this rank's kernels (on whatever streams the caller used) before the group may free
-  // workspaces that they read. Bounded: every spin-wait in the kernels times out.
+  // NCCL first: its kernels wait for peers without a bound, so with an nccl call in flight whose
+  // peer died a device synchronization would never return. A failed communicator aborts NCCL at
+  // once (its in-flight kernels give up); a healthy one finalizes, bounded by the device wait
+  // bound, and aborts when that runs out (nccl_api.h, shut_down).
+  const Status nccl_closed = nccl_.close(/*abort=*/failure_.failed(), timeout_seconds_);
+  // Then wait for this rank's own kernels (on whatever streams the caller used) before the group
+  // may free workspaces that they read. Bounded: every spin-wait in the kernels times out.
   Status sync;
   {
     ScopedDevice scoped;
@@ -209,8 +257,6 @@ Status Communicator::destroy() {
       sync = cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
     }
   }
-  // After the sync: this rank's NCCL work is done (destroy is local, not collective).
-  const Status nccl_closed = nccl_.close(/*abort=*/!sync.is_ok());
   // Leave even if the sync failed: otherwise the other ranks' workspaces would never be freed.
   const Status left = group_->leave(rank_);
   group_.reset();

@@ -26,13 +26,13 @@ Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const Ker
   // Ranks sharing a GPU may share hardware queues: kernel i of every rank must be enqueued before
   // kernel i+1 of any rank, or a spinning kernel can sit in the queue ahead of the peer kernel it
   // waits for. Counted per kernel, so the two kernels of an unfused call are ordered too.
-  const uint64_t call_index = collective_calls_enqueued_;
+  const uint64_t call_index = collective_calls_enqueued_.load(std::memory_order_relaxed);
   auto wait_turn = [&]() -> Status {
     if (!take_turn) return Status::ok();
     Status turn = group_->wait_enqueue_turn(rank_, kernels_enqueued_, timeout_seconds_);
     if (!turn.is_ok()) {
       // The ranks no longer issue the same sequence of calls: the collective is broken.
-      host_failed_call_ = std::min(host_failed_call_, call_index);
+      failure_.note_lost_call(call_index);
       return fail(Status(turn.code(),
                          turn.message() + " (this rank's call " + std::to_string(call_index) + ")"));
     }
@@ -49,7 +49,7 @@ Status Communicator::launch_checked(const Plan& plan, Pattern pattern, const Ker
     return wait_turn();
   }));
   mark_enqueued();
-  ++collective_calls_enqueued_;
+  collective_calls_enqueued_.fetch_add(1, std::memory_order_relaxed);
   last_plan_ = plan;
   // Return only once every mate has enqueued this call too. Streams may share a hardware FIFO: a
   // kernel the caller enqueues after this call (stream-ordered behind our spinning kernel) must

@@ -1,8 +1,10 @@
 // The communicator's failure state (communicator.h): the one way it fails (fail), the device error
-// records of every rank read and reported (async_error), and the first call that may be lost.
+// records of every rank read and reported (async_error), and the first call that may be lost. The
+// last two may run on another thread than the calls (failure_state.h).
 #include "core/communicator.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 namespace arf {
@@ -30,6 +32,12 @@ std::string describe_record(const ErrorRecord& r) {
   const std::string peer_state = "; peer " + std::to_string(r.peer) + " had started " +
                                  std::to_string(r.peer_entered) + " calls and completed " +
                                  std::to_string(r.peer_completed);
+  if (r.code == kErrorCodeReleased) {
+    return "released: rank " + std::to_string(r.rank) + " stopped waiting for peer " +
+           std::to_string(r.peer) + where +
+           " because a rank failed the communicator (the ranks no longer issue the same calls); "
+           "calls from " + std::to_string(r.call) + " on are lost";
+  }
   if (r.code == arfInternal) {
     return "integrity check failed: rank " + std::to_string(r.rank) + " in call " +
            std::to_string(r.call) + " received data of call " + std::to_string(r.seen_call) +
@@ -40,60 +48,44 @@ std::string describe_record(const ErrorRecord& r) {
          where + peer_state + "; calls from " + std::to_string(r.call) + " on are lost";
 }
 
-ErrorRecord snapshot(const ErrorRecord* record) {
-  const volatile ErrorRecord* v = record;
-  ErrorRecord r{};
-  r.code = v->code;
-  r.claim = v->claim;
-  r.rank = v->rank;
-  r.peer = v->peer;
-  r.phase = v->phase;
-  r.cta = v->cta;
-  r.epoch = v->epoch;
-  r.seen_call = v->seen_call;
-  r.call = v->call;
-  r.peer_entered = v->peer_entered;
-  r.peer_completed = v->peer_completed;
-  return r;
-}
-
 }  // namespace
 
 // Kernels write these codes into the error records that async_error reports as arfStatus_t.
-static_assert(kErrorCodeTimeout == arfTimeout && kErrorCodeInternal == arfInternal);
+static_assert(kErrorCodeTimeout == arfTimeout && kErrorCodeInternal == arfInternal &&
+              kErrorCodeReleased == arfCommFailed);
 
 Status Communicator::fail(Status why) {
-  if (!failed_) {
-    failed_ = true;
-    failure_ = std::move(why);
-    group_->mark_failed(rank_, failure_);
-  }
-  return failure_;
+  bool recorded = false;
+  Status failure = failure_.fail(std::move(why), &recorded);
+  if (recorded) group_->mark_failed(rank_, failure);
+  return failure;
 }
 
 Status Communicator::async_error() {
-  if (failed_) return failure_;
-  for (const ErrorRecord* record : error_records_) {
-    if (reinterpret_cast<const volatile ErrorRecord*>(record)->code == 0) continue;
-    // The kernel publishes `code` last, after a system fence: the details are complete.
-    const ErrorRecord r = snapshot(record);
-    const arfStatus_t status =
-        r.code > 0 && r.code <= arfCommFailed ? static_cast<arfStatus_t>(r.code) : arfInternal;
-    return fail(Status(status, describe_record(r)));
+  if (failure_.failed()) return failure_.failure();
+  const std::optional<ErrorRecord> r = first_error_record(error_records_);
+  // A peer that failed the communicator on the host (a refused call, a mismatch, a failed wait)
+  // says why; a released wait does not, so the peer's reason comes first then.
+  if (!r || r->code == kErrorCodeReleased) {
+    if (Status peer = group_->peer_failure(rank_); !peer.is_ok()) return fail(peer);
   }
-  return Status::ok();
+  if (!r) return Status::ok();
+  const arfStatus_t status =
+      r->code > 0 && r->code <= arfCommFailed ? static_cast<arfStatus_t>(r->code) : arfInternal;
+  return fail(Status(status, describe_record(*r)));
 }
 
 uint64_t Communicator::first_lost_call() {
   (void)async_error();
-  uint64_t first = host_failed_call_;
+  uint64_t first = failure_.lost_call();
   for (const ErrorRecord* record : error_records_) {
-    const ErrorRecord r = snapshot(record);
-    if (r.code != 0) first = std::min(first, r.call);
+    if (const std::optional<ErrorRecord> r = read_error_record(record)) first = std::min(first, r->call);
   }
   // A communicator failed by NCCL or a host-side wait before any device record names no index:
   // the call being issued then is the first that may be lost.
-  if (failed_ && first == UINT64_MAX) first = collective_calls_enqueued_;
+  if (failure_.failed() && first == UINT64_MAX) {
+    first = collective_calls_enqueued_.load(std::memory_order_relaxed);
+  }
   return first;
 }
 

@@ -68,13 +68,15 @@ Status Communicator::setup_nccl(double timeout_seconds) {
   {
     ScopedDevice scoped;
     created = scoped.enter(device_);
-    if (created.is_ok()) created = nccl_.init(*api, id, rank_, facts_.world, timeout_seconds);
+    if (created.is_ok()) {
+      created = nccl_.init(*api, id, rank_, facts_.world, timeout_seconds, facts_.max_ctas);
+    }
   }
   Result<std::vector<std::string>> made = group_->exchange(
       rank_, ballot(created.is_ok(), created.is_ok() ? "" : created.message()), timeout_seconds);
   if (!made.is_ok()) return made.status();
   if (const auto no = first_no(made.value())) {
-    (void)nccl_.close(/*abort=*/true);
+    (void)nccl_.close(/*abort=*/true, timeout_seconds);
     nccl_why_ = "NCCL communicator creation failed on rank " + std::to_string(no->first) + ": " +
                 no->second;
     return Status::ok();

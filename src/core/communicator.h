@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "arfusion/arfusion.h"
 #include "base/status.h"
+#include "core/failure_state.h"
 #include "core/nccl_api.h"
 #include "core/stream_order_check.h"
 #include "core/validate.h"
@@ -26,17 +28,32 @@
 
 namespace arf {
 
-// Size of arfCommConfig_t as API versions 1 and 2 declared it (without programmatic_launch), and
-// as version 3 did (without verify_calls).
+// Size of arfCommConfig_t as API versions 1 and 2 declared it (without programmatic_launch), as
+// version 3 did (without verify_calls) and as versions 4 and 5 did (without max_ctas).
 inline constexpr size_t kCommConfigV2Bytes = offsetof(arfCommConfig_t, programmatic_launch);
 inline constexpr size_t kCommConfigV3Bytes = offsetof(arfCommConfig_t, verify_calls);
+inline constexpr size_t kCommConfigV5Bytes = offsetof(arfCommConfig_t, max_ctas);
+// A version-5 caller's sizeof ended right after verify_calls (the struct's alignment is 8 and
+// verify_calls ended on it): max_ctas must start exactly there.
+static_assert(kCommConfigV5Bytes == offsetof(arfCommConfig_t, verify_calls) + sizeof(int) &&
+              kCommConfigV5Bytes % alignof(arfCommConfig_t) == 0);
+// arfPlanFacts_t::max_ctas (version 6) took the tail padding of the version 4-5 struct: the size
+// did not change, so the version, not the size, says whether a caller's struct has it.
+static_assert(sizeof(arfPlanFacts_t) ==
+              (offsetof(arfPlanFacts_t, max_ctas) + alignof(arfPlanFacts_t) - 1) /
+                  alignof(arfPlanFacts_t) * alignof(arfPlanFacts_t));
+
+// A debug setting read at creation (arfusion.h): the protocol counters start this many calls
+// short of their 32-bit wrap on every rank (workspace.h, allocate_workspace).
+inline constexpr const char* kCountersNearWrapEnv = "ARF_DEBUG_COUNTERS_NEAR_WRAP";
 
 // arfCommConfigInit's timeouts, also the bounds of a config that leaves one at 0.
 inline constexpr double kDefaultTimeoutSeconds = 10.0;
 inline constexpr double kDefaultInitTimeoutSeconds = 60.0;
 
-// The caller's config as a full current struct: a version-2-sized struct is copied and the fields
-// it lacks are zero. Any other size is copied whole (validate_config then judges it).
+// The caller's config as a full current struct: a struct of an older version's size is copied
+// and the fields it lacks are zero. Any other size is copied whole (validate_config then judges
+// it).
 arfCommConfig_t upgrade_config(const arfCommConfig_t* caller);
 
 // The bound of every init-time wait: init_timeout_seconds, or kDefaultInitTimeoutSeconds when 0.
@@ -64,7 +81,7 @@ Result<std::shared_ptr<const TuningTable>> agree_tuning_table(
     const std::vector<RankInfo>& infos);
 
 // The plan of a validated call shape (pointers not read): what plan() and arfPlanFromFacts share.
-Result<Plan> plan_for_shape(const arfFusedArgs_t& args, const StaticFacts& facts,
+Result<Plan> plan_for_shape(const FusedArgs& args, const StaticFacts& facts,
                             const TuningTable* table);
 
 class Communicator {
@@ -78,20 +95,20 @@ class Communicator {
   Communicator& operator=(const Communicator&) = delete;
   ~Communicator();  // leaves the group if destroy() was never called (errors are dropped)
 
-  // Collective, non-blocking across ranks: synchronizes this rank's device, then leaves the group;
-  // the last rank to leave frees every workspace. Call once; later calls are no-ops.
+  // Collective, non-blocking across ranks: closes NCCL (bounded; aborted when failed or late, as
+  // nccl_api.h shut_down says), synchronizes this rank's device, then leaves the group; the last
+  // rank to leave frees every workspace. Call once; later calls are no-ops.
   Status destroy();
 
-  // Pure and rank-symmetric: validate + make_plan. No CUDA calls except the pointer check.
-  // `args` must be a full current-version struct in memory (api.cc passes upgrade_fused_args of
-  // the caller's); fields beyond its struct_size are ignored.
-  Result<Plan> plan(const arfFusedArgs_t& args) const;
+  // Pure and rank-symmetric: validate + make_plan. No CUDA calls except the pointer check. `args`
+  // is the caller's struct as the C entry point upgraded it (validate.h, FusedArgs).
+  Result<Plan> plan(const FusedArgs& args) const;
   // plan() without tensors (arfPlanShape): validate_shape + make_plan, pointers ignored.
-  Result<Plan> plan_shape(const arfFusedArgs_t& args) const;
+  Result<Plan> plan_shape(const FusedArgs& args) const;
 
   // Stream-ordered fused all-reduce (arfFusedAllReduce). Refuses with CommFailed once failed.
-  // Graph-capture safe. One host thread at a time. Same precondition on `args` as plan().
-  Status fused_allreduce(const arfFusedArgs_t& args, cudaStream_t stream);
+  // Graph-capture safe. One host thread at a time.
+  Status fused_allreduce(const FusedArgs& args, cudaStream_t stream);
 
   // out = sum over ranks of in, as rows of min(count, max_hidden) elements (arfAllReduce).
   Status allreduce(const void* in, void* out, size_t count, arfDataType_t dtype,
@@ -100,10 +117,11 @@ class Communicator {
   // Reads the host-mapped ErrorRecords of every rank of the group without synchronizing. After a
   // device timeout (or integrity failure) on any rank, marks the communicator failed and returns
   // (now and forever) arfTimeout (arfInternal) naming the rank, its peer, phase, CTA and call index.
+  // Safe to call from another thread while calls run (failure_state.h), not during destroy().
   Status async_error();
 
   // arfCommGetFirstLostCall: the smallest call index of any rank's error record, or of a call this
-  // rank failed on the host; UINT64_MAX while healthy.
+  // rank failed on the host; UINT64_MAX while healthy. Thread-safe as async_error.
   uint64_t first_lost_call();
 
   int rank() const { return rank_; }
@@ -114,6 +132,8 @@ class Communicator {
   const TuningTable* tuning_table() const { return tuning_table_.get(); }
   // The plan of the last successful launch (default-constructed before the first).
   const Plan& last_plan() const { return last_plan_; }
+  // Whether this communicator's kernels run the per-call integrity check (agreed at creation).
+  int verify_calls() const { return base_params_.verify_calls; }
   // This rank's protocol state on its device (tests corrupt it to prove the integrity check).
   ControlBlock* control_block() const { return base_params_.ctrl; }
   // arfCommGetInputBuffer: this rank's copy-in region (max_tokens x max_hidden elements), which
@@ -128,8 +148,18 @@ class Communicator {
   // The one way the communicator fails: records the first reason (later ones are dropped), tells
   // device mates waiting on this rank's enqueues (Group::mark_failed), and returns the failure.
   Status fail(Status why);
-  // Same call on every rank (local::CallSignatureLog): a mismatch fails the communicator.
-  Status check_same_call(const local::CallSignature& signature);
+  // Same call on every rank (Group::record_call): a mismatch, or a peer that refused this call,
+  // fails the communicator and releases the mates' waiting kernels (nothing is launched here).
+  Status check_same_call(const local::CallSignature& signature, cudaStream_t stream);
+  // A call refused before launch (`why`, from validation or planning). With tokens it takes its
+  // place in the call sequence: refused on every rank it is harmless (returns `why`, the
+  // communicator stays usable); if a peer launched it, the communicator fails on every rank, the
+  // peers' kernels are released, and the caller gets why's code with that explanation.
+  Status refuse(Status why, bool has_tokens, cudaStream_t stream);
+  // Enqueues the release kernel (launch/release.h) on `stream`, behind this rank's earlier calls:
+  // every rank's kernels of this call and later ones give up at once instead of at the bound.
+  // Skipped while `stream` captures (the bound still ends the waits). Best effort.
+  void release_peers(cudaStream_t stream);
   Status launch_checked(const Plan& plan, Pattern pattern, const KernelParams& params,
                         cudaStream_t stream);
   // The `nccl` algorithm: ncclAllReduce into the output (or norm_out / scratch), then our epilogue.
@@ -159,12 +189,11 @@ class Communicator {
   uint64_t kernels_enqueued_ = 0;  // launched kernels, for the virtual-rank enqueue order (local.h)
   // Eager calls that launched collective kernels (custom algorithms): the device call index of
   // the next such call while no graph replays interleave. Names a call that failed on the host.
-  uint64_t collective_calls_enqueued_ = 0;
-  uint64_t host_failed_call_ = UINT64_MAX;
+  // Written by the calling thread, read by a polling one (first_lost_call).
+  std::atomic<uint64_t> collective_calls_enqueued_{0};
   double timeout_seconds_ = 0;   // bound of device waits and of the enqueue-order wait
-  // Set by fail() only (comm_errors.cc), never cleared.
-  bool failed_ = false;
-  Status failure_;  // why, once failed_
+  // Set by fail() only (comm_errors.cc), never cleared; with the first lost call the host knows.
+  FailureState failure_;
 };
 
 }  // namespace arf

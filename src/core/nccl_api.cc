@@ -54,6 +54,7 @@ Loaded load_library() {
   }
   std::string optional;
   resolve(handle, "ncclCommInitAll", &l.api.comm_init_all, &optional);
+  resolve(handle, "ncclCommFinalize", &l.api.comm_finalize, &optional);
   get_version(&l.api.version);
   return l;
 }
@@ -68,7 +69,7 @@ Loaded load_for_algorithm() {
   if (loaded == nullptr) return l;
   l.api = *loaded;
   // ncclConfig_t grew over releases; the non-blocking config this library fills needs 2.14+.
-  if (l.api.version < 21400) {
+  if (l.api.version < 21400 || l.api.comm_finalize == nullptr) {
     l.why = l.api.path + " is NCCL " + std::to_string(l.api.version) + "; 2.14 or newer is needed";
   }
   return l;
@@ -114,7 +115,7 @@ Status settle(const Api& api, ncclComm_t comm, ncclResult_t started, const std::
     if (state != ncclInProgress) return status(api, state, what);
     if (std::chrono::steady_clock::now() > deadline) {
       return Status(arfTimeout, what + ": not complete after " + std::to_string(timeout_seconds) +
-                                    " s (a peer did not join)");
+                                    " s (a peer did not take part)");
     }
     // A collective settles in microseconds: spin briefly before sleeping (creation takes longer).
     if (polls < 200) {
@@ -125,14 +126,31 @@ Status settle(const Api& api, ncclComm_t comm, ncclResult_t started, const std::
   }
 }
 
-Comm::~Comm() { (void)close(/*abort=*/true); }
+Status shut_down(const Api& api, ncclComm_t comm, bool abort, double timeout_seconds) {
+  // Both release the communicator before returning; on a non-blocking one they may still answer
+  // ncclInProgress, which is not a failure (the handle must not be polled after this).
+  auto released = [&api](ncclResult_t result, const char* what) {
+    return result == ncclInProgress ? Status::ok() : status(api, result, what);
+  };
+  if (!abort) {
+    const Status finalized =
+        settle(api, comm, api.comm_finalize(comm), "ncclCommFinalize", timeout_seconds);
+    if (finalized.is_ok()) return released(api.comm_destroy(comm), "ncclCommDestroy");
+    (void)api.comm_abort(comm);
+    return Status(finalized.code(), finalized.message() + "; the NCCL communicator was aborted");
+  }
+  return released(api.comm_abort(comm), "ncclCommAbort");
+}
+
+Comm::~Comm() { (void)close(/*abort=*/true, 0); }
 
 Status Comm::init(const Api& api, const ncclUniqueId& id, int rank, int world,
-                  double timeout_seconds) {
+                  double timeout_seconds, int max_ctas) {
   api_ = &api;
   timeout_seconds_ = timeout_seconds;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // returns at once; completion is polled against our deadline
+  if (max_ctas > 0) config.maxCTAs = max_ctas;  // a field of every config since NCCL 2.14
   ncclComm_t comm = nullptr;
   const ncclResult_t started = api.comm_init_rank_config(&comm, world, id, rank, &config);
   const Status made =
@@ -157,15 +175,11 @@ Status Comm::all_reduce(const void* in, void* out, size_t count, DType dtype,
                 "ncclAllReduce", timeout_seconds_);
 }
 
-Status Comm::close(bool abort) {
+Status Comm::close(bool abort, double timeout_seconds) {
   if (comm_ == nullptr) return Status::ok();
   ncclComm_t comm = comm_;
   comm_ = nullptr;
-  // Both release the communicator before returning; on a non-blocking one they may still answer
-  // ncclInProgress, which is not a failure (the handle must not be polled after this).
-  const ncclResult_t result = abort ? api_->comm_abort(comm) : api_->comm_destroy(comm);
-  if (result == ncclInProgress) return Status::ok();
-  return status(*api_, result, abort ? "ncclCommAbort" : "ncclCommDestroy");
+  return shut_down(*api_, comm, abort, timeout_seconds);
 }
 
 Result<NcclPlacement> placement_from_nccl(const Api& api, ncclComm_t comm, cudaStream_t stream,

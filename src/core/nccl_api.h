@@ -21,6 +21,8 @@ struct Api {
   ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t*) = nullptr;
   ncclResult_t (*comm_abort)(ncclComm_t) = nullptr;
   ncclResult_t (*comm_destroy)(ncclComm_t) = nullptr;
+  // NCCL 2.14+ (the algorithm's minimum); null in an older library, which api() then refuses.
+  ncclResult_t (*comm_finalize)(ncclComm_t) = nullptr;
   ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                              cudaStream_t) = nullptr;
   const char* (*get_error_string)(ncclResult_t) = nullptr;
@@ -57,6 +59,16 @@ Status status(const Api& api, ncclResult_t result, const std::string& what);
 Status settle(const Api& api, ncclComm_t comm, ncclResult_t started, const std::string& what,
               double timeout_seconds);
 
+// Ends one rank's use of `comm`, bounded, following NCCL's teardown rules: with `abort`, or when
+// the communicator does not finish in time, ncclCommAbort, which makes NCCL's kernels still
+// waiting for peers give up (a kernel whose peer died never finishes on its own, and synchronizing
+// the device first would wait for it forever); otherwise ncclCommFinalize (it flushes the
+// communicator's work; polled against timeout_seconds: ncclCommGetAsyncError leaves
+// ncclInProgress once NCCL is done), then ncclCommDestroy. Returns the first failure: Timeout
+// naming ncclCommFinalize when it did not finish (the communicator was aborted instead), else
+// NCCL's error. The handle is gone afterwards either way.
+Status shut_down(const Api& api, ncclComm_t comm, bool abort, double timeout_seconds);
+
 // ncclBfloat16 / ncclFloat16 for an activation dtype.
 ncclDataType_t dtype_of(DType dtype);
 
@@ -70,17 +82,19 @@ class Comm {
   ~Comm();  // aborts a communicator that was not destroyed (errors dropped)
 
   // Collective over `world` ranks passing the same id. Timeout (naming the phase) when the
-  // creation has not completed after timeout_seconds. Sets nothing current: the caller has made
-  // this rank's device current.
-  Status init(const Api& api, const ncclUniqueId& id, int rank, int world, double timeout_seconds);
+  // creation has not completed after timeout_seconds. max_ctas > 0 bounds NCCL's kernels to that
+  // many CTAs (ncclConfig_t.maxCTAs; one rank per GPU, so the communicator's max_ctas as is).
+  // Sets nothing current: the caller has made this rank's device current.
+  Status init(const Api& api, const ncclUniqueId& id, int rank, int world, double timeout_seconds,
+              int max_ctas = 0);
   bool ready() const { return comm_ != nullptr; }
   ncclComm_t get() const { return comm_; }
   // Stream-ordered all-reduce (sum) of `count` elements; enqueued (settled, see settle()), not
   // waited for on the stream.
   Status all_reduce(const void* in, void* out, size_t count, DType dtype, cudaStream_t stream) const;
-  // Destroys (after this rank's NCCL work completed: the communicator synchronizes first) or, on
-  // `abort`, aborts. Idempotent.
-  Status close(bool abort);
+  // shut_down: finalize + destroy, or abort (`abort`, or finalize did not finish within
+  // timeout_seconds). Call before synchronizing the device (see shut_down). Idempotent.
+  Status close(bool abort, double timeout_seconds);
 
  private:
   const Api* api_ = nullptr;

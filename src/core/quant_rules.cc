@@ -80,10 +80,34 @@ bool quant_is_fp4(Pattern pattern) {
   return pattern == Pattern::kNvfp4 || pattern == Pattern::kMxfp4;
 }
 
+namespace {
+
+// quant_out: [T, H] e4m3 or [T, H/2] packed e2m1 pairs, one byte each; rank 0 for non-quant
+// patterns.
+quant::BufferShape quant_out_shape(Pattern pattern, int64_t hidden) {
+  if (!is_quant_pattern(pattern)) return {0, 0, {{1, 0, 0}, {1, 0, 0}}};
+  return {2, 1, {{1, 1, 0}, {1, 0, quant_is_fp4(pattern) ? hidden / 2 : hidden}}};
+}
+
+void to_public(const quant::BufferShape& shape, arfElementType_t element, int64_t num_tokens,
+               arfQuantBuffer_t* out) {
+  *out = arfQuantBuffer_t{};
+  out->element = element;
+  out->rank = shape.rank;
+  out->element_bytes = static_cast<size_t>(shape.elem_bytes);
+  out->bytes = static_cast<size_t>(shape.bytes(num_tokens));
+  for (int i = 0; i < shape.rank; ++i) {
+    out->dims[i] = static_cast<size_t>(shape.dims[i].at(num_tokens));
+    out->tokens_align[i] = static_cast<size_t>(shape.dims[i].tokens_align);
+    out->tokens_scale[i] = static_cast<size_t>(shape.dims[i].tokens_scale);
+    out->fixed[i] = static_cast<size_t>(shape.dims[i].fixed);
+  }
+}
+
+}  // namespace
+
 int64_t quant_out_bytes(Pattern pattern, int64_t num_tokens, int64_t hidden) {
-  if (!is_quant_pattern(pattern)) return 0;
-  const int64_t elems = num_tokens * hidden;
-  return quant_is_fp4(pattern) ? elems / 2 : elems;
+  return quant_out_shape(pattern, hidden).bytes(num_tokens);
 }
 
 std::string quant_hidden_error(Pattern pattern, int64_t hidden) {
@@ -148,15 +172,43 @@ quant::ScaleAddressing quant_scale_addressing(Pattern pattern, int layout, int f
                                  quant_scale_cols(pattern, hidden));
 }
 
+std::string quant_output_shapes(Pattern pattern, int layout, int format, int64_t hidden,
+                                QuantOutputShapes* out) {
+  if (!is_quant_pattern(pattern)) {
+    return std::string("pattern ") + name_of(pattern) + " does not quantize: it has no quant_out or scale_out";
+  }
+  if (hidden <= 0) return "hidden must be positive, not " + std::to_string(hidden);
+  std::string why = quant_hidden_error(pattern, hidden);
+  if (why.empty()) why = quant_scale_error(pattern, layout, format);
+  if (!why.empty()) return why;
+  QuantOutputShapes s;
+  s.quant_out = quant_out_shape(pattern, hidden);
+  s.quant_element = quant_is_fp4(pattern) ? arfElementUInt8 : arfElementFloat8E4M3;
+  if (!quant_writes_scales(pattern)) {
+    s.scale_out = {1, 4, {{1, 0, 0}, {1, 0, 0}}};  // per-tensor: no scales, an empty fp32 array
+    s.scale_element = arfElementFloat32;
+  } else {
+    const quant::ScaleStorage storage = quant_scale_storage(pattern, format);
+    s.scale_out = quant::scale_buffer_shape(static_cast<quant::ScaleLayout>(layout), storage,
+                                            quant_scale_cols(pattern, hidden));
+    s.scale_element = pattern == Pattern::kNvfp4                    ? arfElementFloat8E4M3
+                      : storage == quant::ScaleStorage::kByte ? arfElementUInt8
+                                                                    : arfElementFloat32;
+  }
+  *out = s;
+  return "";
+}
+
+void quant_output_layout(const QuantOutputShapes& shapes, int64_t num_tokens, arfQuantOutputs_t* out) {
+  to_public(shapes.quant_out, shapes.quant_element, num_tokens, &out->quant_out);
+  to_public(shapes.scale_out, shapes.scale_element, num_tokens, &out->scale_out);
+}
+
 int64_t quant_scale_buffer_bytes(Pattern pattern, int layout, int format, int64_t num_tokens,
                                  int64_t hidden) {
-  if (!quant_writes_scales(pattern) ||
-      !scale_call_is_legal(pattern, layout, format, num_tokens, hidden)) {
-    return 0;
-  }
-  return quant::scale_buffer_bytes(static_cast<quant::ScaleLayout>(layout),
-                                   quant_scale_storage(pattern, format), num_tokens,
-                                   quant_scale_cols(pattern, hidden));
+  QuantOutputShapes shapes;
+  if (num_tokens < 0 || !quant_output_shapes(pattern, layout, format, hidden, &shapes).empty()) return 0;
+  return shapes.scale_out.bytes(num_tokens);
 }
 
 }  // namespace arf

@@ -1,7 +1,8 @@
 // What the host needs to know about each quantized pattern, in one place: which hidden
 // sizes it takes, which scale layouts and formats, which of quant_out / scale_out / scale_in it
-// uses, and how many bytes each of them spans. validate.cc turns these into error messages,
-// api.cc's arfScaleBufferBytes into a size, comm_call.cc into KernelParams.
+// uses, and the shape and bytes of each of them. validate.cc turns these into error messages,
+// api.cc's arfQuantOutputLayout and arfScaleBufferBytes into a layout and a size (the torch ops
+// allocate their outputs from that layout), comm_call.cc into KernelParams.
 //
 // Why here and not in the reference: arfusion_reference (src/reference/quant_reference.cc) is a
 // separate library the runtime must not link, and its quant_spec_error speaks in QuantSpec terms.
@@ -34,7 +35,7 @@ bool quant_reads_scale_in(Pattern pattern);  // scale_in (a device fp32) is requ
 bool quant_is_fp4(Pattern pattern);          // quant_out holds packed e2m1 pairs
 
 // Bytes of quant_out for num_tokens x hidden: one e4m3 byte per element, or half a byte (fp4).
-// 0 for non-quant patterns.
+// 0 for non-quant patterns. (quant_output_shapes' quant_out, multiplied out.)
 int64_t quant_out_bytes(Pattern pattern, int64_t num_tokens, int64_t hidden);
 
 // "" if the pattern can quantize rows of `hidden` elements, else the rule, e.g.
@@ -71,9 +72,26 @@ quant::ScaleStorage quant_scale_storage(Pattern pattern, int scale_format);
 quant::ScaleAddressing quant_scale_addressing(Pattern pattern, int scale_layout, int scale_format,
                                               int64_t num_tokens, int64_t hidden);
 
-// Bytes scale_out must span, padding included (quant_layout.h's scale_buffer_bytes for the
-// pattern's storage and scale columns). 0 when the pattern writes no scales, or when the hidden
-// size, layout or format is not legal for it (see the two error functions above).
+// The layout of a quantized call's outputs (arfQuantOutputLayout): quant_out [T, H] e4m3 or
+// [T, H/2] packed e2m1 bytes, and scale_out as quant_layout.h's scale_buffer_shape lays out the
+// pattern's storage and scale columns (per-token: [T, 1] fp32; per-tensor writes none: rank 1,
+// [0]), each with the element type the public header names.
+struct QuantOutputShapes {
+  quant::BufferShape quant_out, scale_out;
+  arfElementType_t quant_element, scale_element;
+};
+
+// "" with *out filled when the pattern quantizes and hidden (> 0), the layout and the format are
+// legal for it (quant_hidden_error, quant_scale_error); else the reason, *out untouched.
+std::string quant_output_shapes(Pattern pattern, int scale_layout, int scale_format, int64_t hidden,
+                                QuantOutputShapes* out);
+
+// The shapes at num_tokens, as the public struct carries them.
+void quant_output_layout(const QuantOutputShapes& shapes, int64_t num_tokens, arfQuantOutputs_t* out);
+
+// Bytes scale_out must span, padding included: quant_output_shapes' scale_out at num_tokens. 0
+// when the pattern writes no scales, or when the hidden size, layout or format is not legal for it
+// (see the two error functions above).
 int64_t quant_scale_buffer_bytes(Pattern pattern, int scale_layout, int scale_format,
                                  int64_t num_tokens, int64_t hidden);
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -51,6 +52,12 @@ static_assert(kFusedArgsV4Bytes ==
                    alignof(arfFusedArgs_t) - 1) / alignof(arfFusedArgs_t) * alignof(arfFusedArgs_t),
               "arfFusedArgs_t::scale_rule does not start where the version-4 struct ended");
 static_assert(sizeof(arfFusedArgs_t) > kFusedArgsV4Bytes);
+// Likewise version 6's post_gamma starts where the version-5 struct (ending at scale_rule) ended.
+static_assert(kFusedArgsV5Bytes ==
+                  (offsetof(arfFusedArgs_t, scale_rule) + sizeof(arfFp8ScaleRule_t) +
+                   alignof(arfFusedArgs_t) - 1) / alignof(arfFusedArgs_t) * alignof(arfFusedArgs_t),
+              "arfFusedArgs_t::post_gamma does not start where the version-5 struct ended");
+static_assert(sizeof(arfFusedArgs_t) > kFusedArgsV5Bytes);
 
 const char* dtype_name(int dtype) {
   switch (dtype) {
@@ -163,7 +170,8 @@ Status check_devices(const std::vector<Range>& ranges, int device, const Pointer
 }
 
 bool known_args_size(size_t struct_size) {
-  return struct_size == sizeof(arfFusedArgs_t) || struct_size == kFusedArgsV4Bytes ||
+  return struct_size == sizeof(arfFusedArgs_t) || struct_size == kFusedArgsV5Bytes ||
+         struct_size == kFusedArgsV4Bytes ||
          struct_size == kFusedArgsV2Bytes || struct_size == kFusedArgsV1Bytes;
 }
 
@@ -171,6 +179,7 @@ Status check_header(const arfFusedArgs_t& a, const StaticFacts& facts) {
   if (!known_args_size(a.struct_size)) {
     return invalid_argument("args->struct_size is " + std::to_string(a.struct_size) + ", expected " +
                             std::to_string(sizeof(arfFusedArgs_t)) + " (or " +
+                            std::to_string(kFusedArgsV5Bytes) + " for API version 5, " +
                             std::to_string(kFusedArgsV4Bytes) + " for API version 4, " +
                             std::to_string(kFusedArgsV2Bytes) + " for API versions 2-3, " +
                             std::to_string(kFusedArgsV1Bytes) +
@@ -187,17 +196,20 @@ Status check_header(const arfFusedArgs_t& a, const StaticFacts& facts) {
   const bool v1_size = a.struct_size == kFusedArgsV1Bytes;
   const bool v2_size = a.struct_size == kFusedArgsV2Bytes;
   const bool v4_size = a.struct_size == kFusedArgsV4Bytes;
+  const bool v5_size = a.struct_size == kFusedArgsV5Bytes;
   const bool version_matches = v1_size   ? a.version == 1
                                : v2_size ? (a.version == 2 || a.version == 3)
                                : v4_size ? a.version == 4
-                                         : a.version >= 5;
+                               : v5_size ? a.version == 5
+                                         : a.version >= 6;
   if (!version_matches) {
     return invalid_argument("args->version " + std::to_string(a.version) + " does not match " +
                             "args->struct_size " + std::to_string(a.struct_size) + " (a version " +
                             (v1_size   ? std::string("1")
                              : v2_size ? "2 or 3"
                              : v4_size ? "4"
-                                       : "5") +
+                             : v5_size ? "5"
+                                       : "6") +
                             " struct)");
   }
   if (raw_enum(a.pattern) < arfPatternAllReduce || raw_enum(a.pattern) > arfPatternResidualRmsNormMxfp4) {
@@ -309,13 +321,39 @@ void add_quant_ranges(const arfFusedArgs_t& a, std::vector<Range>* ranges) {
   }
 }
 
+// Sandwich calls are offered once their GPU tests have passed on the kernels as built; until then a
+// call with post_gamma is refused unless the process sets ARF_EXPERIMENTAL_SANDWICH=1 (the GPU
+// tests do). Read at every call, as the environment can change; ranks that disagree fail together
+// through the same-call check (one refuses, its mates are told).
+bool sandwich_offered() {
+  const char* v = std::getenv("ARF_EXPERIMENTAL_SANDWICH");
+  return v != nullptr && v[0] == '1' && v[1] == '\0';
+}
+
+// A sandwich call's post-norm precedes the residual add: pattern allreduce has none.
+Status check_post_gamma_pattern(const arfFusedArgs_t& a) {
+  if (a.post_gamma == nullptr) return Status::ok();
+  if (!sandwich_offered()) {
+    return unsupported("post_gamma (sandwich calls) is not offered yet: its GPU verification is "
+                       "pending (ARF_EXPERIMENTAL_SANDWICH=1 enables it for testing)");
+  }
+  if (a.pattern != arfPatternAllReduce) return Status::ok();
+  return invalid_argument("post_gamma (a sandwich call's post-norm) is set, but pattern allreduce "
+                          "has no norm or residual add: pass NULL, or a norm pattern");
+}
+
 Status check_epilogue(const arfFusedArgs_t& a) {
   if (raw_enum(a.gamma_dtype) != raw_enum(a.dtype) && raw_enum(a.gamma_dtype) != arfFloat32) {
     return invalid_argument(std::string("gamma_dtype ") + dtype_name(raw_enum(a.gamma_dtype)) +
                             " must be the activation dtype " + dtype_name(a.dtype) + " or fp32");
   }
-  if (!std::isfinite(a.eps) || a.eps < 0.0f) {
-    return invalid_argument("eps " + std::to_string(a.eps) + " must be finite and >= 0");
+  // rsqrt(mean + eps): eps 0 makes an all-zero row 0 * Inf = NaN and a row whose mean of squares
+  // underflows to 0 +-Inf, so eps must be a positive finite number (any positive float works).
+  if (!std::isfinite(a.eps) || !(a.eps > 0.0f)) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", static_cast<double>(a.eps));
+    return invalid_argument(std::string("eps ") + text +
+                            " must be finite and > 0 (with eps 0 an all-zero row's norm is NaN)");
   }
   if (a.gamma_plus_one != 0 && a.gamma_plus_one != 1) {
     return invalid_argument("gamma_plus_one " + std::to_string(a.gamma_plus_one) +
@@ -361,30 +399,32 @@ PointerCheck cuda_pointer_check() {
   };
 }
 
-arfFusedArgs_t upgrade_fused_args(const arfFusedArgs_t* args) {
-  arfFusedArgs_t out;
-  std::memset(&out, 0, sizeof(out));
-  out.struct_size = args->struct_size;
-  out.version = args->version;
-  if (known_args_size(args->struct_size)) std::memcpy(&out, args, args->struct_size);
+FusedArgs upgrade_fused_args(const arfFusedArgs_t* args) {
+  FusedArgs out;
+  std::memset(&out.args_, 0, sizeof(out.args_));
+  out.args_.struct_size = args->struct_size;
+  out.args_.version = args->version;
+  if (known_args_size(args->struct_size)) std::memcpy(&out.args_, args, args->struct_size);
   return out;
 }
 
-Status validate_shape(const arfFusedArgs_t& args, const StaticFacts& facts) {
-  const arfFusedArgs_t a = upgrade_fused_args(&args);
+Status validate_shape(const FusedArgs& args, const StaticFacts& facts) {
+  const arfFusedArgs_t& a = args.get();
   ARF_RETURN_IF_ERROR(check_header(a, facts));
   ARF_RETURN_IF_ERROR(check_shape(a, facts));
   ARF_RETURN_IF_ERROR(check_quant_shape(a));
+  ARF_RETURN_IF_ERROR(check_post_gamma_pattern(a));
   if (a.pattern != arfPatternAllReduce) ARF_RETURN_IF_ERROR(check_epilogue(a));
   return Status::ok();
 }
 
-Status validate(const arfFusedArgs_t& args, const StaticFacts& facts, int device,
+Status validate(const FusedArgs& args, const StaticFacts& facts, int device,
                 const PointerCheck& check, const InputBuffer& input_buffer) {
-  const arfFusedArgs_t a = upgrade_fused_args(&args);
+  const arfFusedArgs_t& a = args.get();
   ARF_RETURN_IF_ERROR(check_header(a, facts));
   ARF_RETURN_IF_ERROR(check_shape(a, facts));
   ARF_RETURN_IF_ERROR(check_quant_shape(a));
+  ARF_RETURN_IF_ERROR(check_post_gamma_pattern(a));
   if (a.num_tokens == 0) return Status::ok();
 
   const uint64_t tensor_bytes = static_cast<uint64_t>(a.num_tokens) * a.hidden * 2;
@@ -401,6 +441,8 @@ Status validate(const arfFusedArgs_t& args, const StaticFacts& facts, int device
     // residual_in NULL: no residual (the first layer), residual_out = the all-reduce.
     if (a.residual_in != nullptr) ranges.push_back({"residual_in", a.residual_in, tensor_bytes, false});
     ranges.push_back({"gamma", a.gamma, gamma_bytes, false});
+    // A sandwich call's post-norm gamma: gamma's dtype and extent.
+    if (a.post_gamma != nullptr) ranges.push_back({"post_gamma", a.post_gamma, gamma_bytes, false});
     ranges.push_back({"residual_out", a.residual_out, tensor_bytes, true});
     // norm_out is the quantized patterns' optional side output: NULL means "not wanted".
     const bool quant = is_quant_pattern(static_cast<Pattern>(a.pattern));

@@ -42,15 +42,31 @@ PointerCheck cuda_pointer_check();
 inline constexpr size_t kFusedArgsV1Bytes = offsetof(arfFusedArgs_t, quant_out);
 inline constexpr size_t kFusedArgsV2Bytes = offsetof(arfFusedArgs_t, norm_rounding);
 inline constexpr size_t kFusedArgsV4Bytes = offsetof(arfFusedArgs_t, scale_rule);
+// As version 5 declared it: everything up to scale_rule (post_gamma, version 6, starts there).
+inline constexpr size_t kFusedArgsV5Bytes = offsetof(arfFusedArgs_t, post_gamma);
 
-// The caller's struct as a full current-version struct: copies struct_size bytes when struct_size
-// is a size this library knows (version 1's, versions 2-3's, version 4's or the current one), so
-// fields an older caller's struct does not have read as zero (null pointers, row-major, fp32,
-// fallback auto, arfNormRoundOnce, arfFp8ScaleDivide). For any other
-// struct_size only struct_size and version are copied, which validate() then rejects. Reads no
-// byte beyond what struct_size claims (past the header), so a version-1 struct in a version-1-sized
-// allocation is safe. Idempotent.
-arfFusedArgs_t upgrade_fused_args(const arfFusedArgs_t* args);
+// A caller's arfFusedArgs_t as a full current-version struct, read once at the C entry point
+// (api.cc) and passed down by const reference: only upgrade_fused_args makes one, so nothing past
+// the ABI boundary takes a caller's struct by mistake or reads it again.
+class FusedArgs {
+ public:
+  const arfFusedArgs_t& get() const { return args_; }
+  const arfFusedArgs_t* operator->() const { return &args_; }
+
+ private:
+  friend FusedArgs upgrade_fused_args(const arfFusedArgs_t* args);
+  FusedArgs() = default;
+  arfFusedArgs_t args_;
+};
+
+// Copies struct_size bytes when struct_size is a size this library knows (version 1's, versions
+// 2-3's, version 4's, version 5's or the current one), so fields an older caller's struct does not
+// have read as zero (null pointers, post_gamma included, row-major, fp32, fallback auto,
+// arfNormRoundOnce, arfFp8ScaleDivide). For
+// any other struct_size only struct_size and version are copied, which validate() then rejects.
+// Reads no byte beyond what struct_size claims (past the header), so a version-1 struct in a
+// version-1-sized allocation is safe.
+FusedArgs upgrade_fused_args(const arfFusedArgs_t* args);
 
 // Validates one arfFusedAllReduce / arfPlan call against the communicator's facts (world, dtype,
 // capacity). Checks, in order: struct_size/version (each known size with the versions that
@@ -66,7 +82,9 @@ arfFusedArgs_t upgrade_fused_args(const arfFusedArgs_t* args);
 // quant_scale_buffer_bytes); finally `check` on every pointer used. Quantized patterns: norm_out
 // may be NULL; scale_out is required when the pattern writes scales, scale_in when it reads one
 // (its value, on the device, is not inspected); unused quant fields are ignored. Fields beyond
-// args.struct_size are treated as absent (upgrade_fused_args). Pure apart from `check`.
+// the caller's struct_size read as absent (upgrade_fused_args). post_gamma (a sandwich call) only
+// with a norm pattern (checked by validate_shape too: whether it is NULL is part of the shape), then
+// as gamma: [hidden] of gamma_dtype, 16-byte aligned, overlapping no output. Pure apart from `check`.
 // This rank's input buffer (arfCommGetInputBuffer): its copy-in region, which peers read in place.
 // Only a call's input may overlap it, and only starting at its base and within it (then the copy
 // is skipped); every other tensor must be disjoint from it, outputs aliasing that input included
@@ -76,13 +94,13 @@ struct InputBuffer {
   uint64_t bytes = 0;
 };
 
-Status validate(const arfFusedArgs_t& args, const StaticFacts& facts, int device,
+Status validate(const FusedArgs& args, const StaticFacts& facts, int device,
                 const PointerCheck& check, const InputBuffer& input_buffer = {});
 
 // The checks of validate() that need no tensor: header, pattern/algorithm/dtype, shape, the
 // quantized pattern's rules and the epilogue's scalars. What arfPlanShape and arfPlanFromFacts
 // validate; a call of that shape may still be refused for its tensors.
-Status validate_shape(const arfFusedArgs_t& args, const StaticFacts& facts);
+Status validate_shape(const FusedArgs& args, const StaticFacts& facts);
 
 // Validates one arfAllReduce call: dtype == communicator dtype, count a multiple of 8 and
 // <= max_tokens * max_hidden, in/out non-null, 16-byte aligned, equal or disjoint, on the device.

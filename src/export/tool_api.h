@@ -1,6 +1,7 @@
 // The library internals the project's own tools may use, and the only way they reach them:
-// arfusion-bench (bench/), arfusion-stress (tools/stress/) and their shared host channel
-// (tools/common/) include this header, export/reference_api.h or the public include/arfusion/ —
+// arfusion-bench (bench/) and the tools' shared host channel (tools/common/) include this header,
+// export/reference_api.h or the public include/arfusion/ (arfusion-stress, tools/stress/, only the
+// last) —
 // nothing else under src/ (scripts/check_layers.sh enforces it in CI). Everything named here is
 // already an internal interface of the library; this header adds no code. A tool that needs more
 // adds it here, so the surface tools depend on stays one reviewed list.

@@ -64,7 +64,8 @@ __device__ __forceinline__ uint64_t current_call(const KernelParams& p) {
 
 // Claims the rank's error record (the first failure wins), fills in the details, and raises the
 // local abort word so every other wait of this rank gives up at once instead of each row or
-// barrier waiting out its own timeout. `code` is kErrorCodeTimeout or kErrorCodeInternal.
+// barrier waiting out its own timeout. `code` is kErrorCodeTimeout, kErrorCodeInternal or
+// kErrorCodeReleased.
 __device__ __forceinline__ void record_failure(const KernelParams& p, int32_t code, int peer,
                                                Phase phase, uint32_t epoch, uint32_t seen_call) {
   atomicExch(&p.ctrl->abort, 1u);
@@ -107,9 +108,17 @@ __device__ __forceinline__ bool aborted(const KernelParams& p) {
   return *reinterpret_cast<volatile uint32_t*>(&p.ctrl->abort) != 0u;
 }
 
+// True once a peer released this rank's current call (ControlBlock::release_from, written by a
+// peer's release kernel: kernels/release_kernel.cuh): the ranks no longer issue the same calls, so
+// a wait of this call or a later one would only wait out the bound.
+__device__ __forceinline__ bool released(const KernelParams& p) {
+  return *reinterpret_cast<const volatile uint64_t*>(&p.ctrl->release_from) <= current_call(p);
+}
+
 // Every spin-wait in arfusion goes through here. Returns true once ready() holds; false if the
-// timeout expired or an earlier wait of this rank already aborted (the outputs are then garbage and
-// the host reports arfTimeout from the error record). The clock is read only every 64 polls.
+// timeout expired, a peer released the call, or an earlier wait of this rank already aborted (the
+// outputs are then garbage and the host reports the error record: arfTimeout, or arfCommFailed for
+// a release). The clock and the release word are read only every 64 polls.
 template <typename Ready>
 __device__ __forceinline__ bool spin_until(Ready ready, const KernelParams& p, int peer, Phase phase,
                                            uint32_t epoch) {
@@ -119,6 +128,10 @@ __device__ __forceinline__ bool spin_until(Ready ready, const KernelParams& p, i
     if (ready()) return true;
     if ((polls & 63u) == 0) {
       if (*reinterpret_cast<volatile uint32_t*>(&p.ctrl->abort) != 0u) return false;
+      if (released(p)) {
+        record_failure(p, kErrorCodeReleased, peer, phase, epoch, 0);
+        return false;
+      }
       if (global_timer_ns() - start > p.timeout_ns) {
         record_timeout(p, peer, phase, epoch);
         return false;
@@ -193,7 +206,8 @@ struct LamportState {
 // ---- kernel entry ----------------------------------------------------------------------------------
 
 // What a collective kernel reads of its rank's control block before it touches a peer: the abort
-// word, the call index, the CTA's barrier epoch and (Lamport) the buffer rotation. Thread 0 issues
+// word, the release word, the call index, the CTA's barrier epoch and (Lamport) the buffer
+// rotation. A call a peer released (release_from <= call) counts as aborted: it does nothing. Thread 0 issues
 // every load before using any (none depends on another: all three clear sizes are read and one is
 // kept), so entry costs one round trip to memory instead of one per field, and one barrier hands
 // the values to the CTA, which therefore takes one decision: a CTA whose threads read `abort` at
@@ -215,6 +229,7 @@ __device__ __forceinline__ Entry enter(const KernelParams& p) {
   if (threadIdx.x == 0) {
     const ControlBlock* c = p.ctrl;
     const uint32_t abort = *reinterpret_cast<const volatile uint32_t*>(&c->abort);
+    const uint64_t release_from = *reinterpret_cast<const volatile uint64_t*>(&c->release_from);
     const uint64_t call = c->call_index;
     const uint32_t epoch = c->cta_epoch[blockIdx.x];
     Entry e;
@@ -236,7 +251,7 @@ __device__ __forceinline__ Entry enter(const KernelParams& p) {
       e.lamport = LamportState{};
       e.lamport_calls = 0;
     }
-    e.aborted = abort != 0u;
+    e.aborted = abort != 0u || release_from <= call;
     e.call = call;
     e.cta_epoch = epoch;
     if (!e.aborted && blockIdx.x == 0) *reinterpret_cast<volatile uint64_t*>(&p.ctrl->calls_entered) = call + 1;

@@ -92,11 +92,7 @@ __device__ __forceinline__ float packed_amax(const uint4& v) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const uint32_t abs_bits = words[i] & 0x7FFF7FFFu;  // |x| of both halves (NaN stays NaN)
-    T2 acc, a;
-    memcpy(&acc, &acc_bits, 4);
-    memcpy(&a, &abs_bits, 4);
-    acc = __hmax2(acc, a);
-    memcpy(&acc_bits, &acc, 4);
+    acc_bits = bit_cast<uint32_t>(__hmax2(bit_cast<T2>(acc_bits), bit_cast<T2>(abs_bits)));
   }
   return fmaxf(DTypeOps<T>::to_float(static_cast<uint16_t>(acc_bits & 0xFFFFu)),
                DTypeOps<T>::to_float(static_cast<uint16_t>(acc_bits >> 16)));
@@ -310,6 +306,10 @@ struct ResidualRmsNormQuantEpilogue {
   }
   __device__ static void write_scale_padding(const KernelParams& p) { Quant::write_scale_padding(p); }
   template <typename Reducer>
+  __device__ static void post_norm(const KernelParams& p, const RowSlice& s, uint4 (&ar)[kVecs], Reducer& red) {
+    Norm::post_norm(p, s, ar, red);
+  }
+  template <typename Reducer>
   __device__ static void apply(const KernelParams& p, const RowSlice& s, const uint4 (&ar)[kVecs],
                                const Prefetch& pre, const Cta& cta, Reducer& red) {
     uint4 normed[kVecs];
@@ -327,7 +327,7 @@ struct ResidualRmsNormQuantEpilogue {
 // Level 2's second kernel: quantizes rows that already hold the rounded norm (read as `ar`, raw:
 // the local epilogue kernel does not canonicalise, so -0.0 keeps its sign as in level 1).
 template <typename T, int kVecsPerThread, typename Quant, bool kStreaming = false>  // (no gamma)
-struct QuantOnlyEpilogue {
+struct QuantOnlyEpilogue : NoPostNorm {
   static constexpr int kVecs = kVecsPerThread;
   static constexpr bool kStagesRows = false;
   using Cta = typename Quant::Cta;

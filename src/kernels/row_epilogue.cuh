@@ -142,15 +142,19 @@ __device__ __forceinline__ uint4 ld_row_v4(const void* ptr) {
 // An epilogue type turns a row's all-reduced vectors into outputs: cta_state() once per CTA
 // (values every row shares: gamma, scale_in), prefetch() before the row's
 // all-reduced value is known (residual_in), apply() once it is (with the CTA's block reducer).
+// post_norm() runs between the two, on the row's vectors in place: for the norm epilogues of a
+// sandwich call (KernelParams::post_gamma) it replaces them by their post-norm; elsewhere nothing.
 template <typename E>
 concept RowEpilogue = requires(const KernelParams& p, const RowSlice& s,
-                               const uint4 (&ar)[E::kVecs], const typename E::Prefetch& pre,
-                               const typename E::Cta& cta, BlockReducer& red) {
+                               const uint4 (&ar)[E::kVecs], uint4 (&ar_in_place)[E::kVecs],
+                               const typename E::Prefetch& pre, const typename E::Cta& cta,
+                               BlockReducer& red) {
   { E::kVecs } -> std::convertible_to<int>;
   { E::kStagesRows } -> std::convertible_to<bool>;  // streaming kernels: rows through shared memory
   { E::cta_state(p) } -> std::same_as<typename E::Cta>;
   { E::prefetch(p, s, cta) } -> std::same_as<typename E::Prefetch>;
   { E::apply(p, s, ar, pre, cta, red) } -> std::same_as<void>;
+  { E::post_norm(p, s, ar_in_place, red) } -> std::same_as<void>;  // sandwich calls, before apply
   { E::write_scale_padding(p) } -> std::same_as<void>;  // once per CTA, before the rows
 };
 
@@ -159,9 +163,15 @@ struct NoScalePadding {
   __device__ static void write_scale_padding(const KernelParams&) {}
 };
 
+// Epilogues that add no residual (the all-reduce, level 2's quantize-only) have no post-norm.
+struct NoPostNorm {
+  template <int kVecs, typename Reducer>
+  __device__ static void post_norm(const KernelParams&, const RowSlice&, uint4 (&)[kVecs], Reducer&) {}
+};
+
 // out = ar.
 template <typename T, int kVecsPerThread>
-struct AllReduceEpilogue : NoScalePadding {
+struct AllReduceEpilogue : NoScalePadding, NoPostNorm {
   static constexpr int kVecs = kVecsPerThread;
   static constexpr bool kStagesRows = false;
   struct Cta {};
@@ -178,15 +188,16 @@ struct AllReduceEpilogue : NoScalePadding {
   }
 };
 
-// gamma (fp32, or the activation dtype) of vector `vec` as 8 floats, offset applied.
+// A gamma vector (`gamma` is p.gamma or p.post_gamma: both have gamma_dtype and gamma_offset) of
+// vector `vec` as 8 floats, offset applied.
 template <typename T>
-__device__ __forceinline__ void load_gamma(const KernelParams& p, int vec, float (&g)[8]) {
+__device__ __forceinline__ void load_gamma(const KernelParams& p, const void* gamma, int vec, float (&g)[8]) {
   if (p.gamma_fp32) {
-    const float4* g4 = reinterpret_cast<const float4*>(p.gamma) + 2 * vec;
+    const float4* g4 = reinterpret_cast<const float4*>(gamma) + 2 * vec;
     const float4 a = g4[0], b = g4[1];
     g[0] = a.x; g[1] = a.y; g[2] = a.z; g[3] = a.w; g[4] = b.x; g[5] = b.y; g[6] = b.z; g[7] = b.w;
   } else {
-    unpack<T>(ld_v4(elem_ptr(p.gamma, static_cast<int64_t>(vec) * kElemsPerVec)), g);
+    unpack<T>(ld_v4(elem_ptr(gamma, static_cast<int64_t>(vec) * kElemsPerVec)), g);
   }
 #pragma unroll
   for (int i = 0; i < 8; ++i) g[i] += p.gamma_offset;
@@ -249,8 +260,43 @@ __device__ __forceinline__ uint4 norm_vec(const uint4& res, const float (&g)[8],
   return pack<T>(y);
 }
 
+// The post-norm of a sandwich call (KernelParams::post_gamma; uniform over the grid, so every
+// thread of the CTA makes the same block reductions), in place: x, a row's all-reduced vectors,
+// becomes h = the rounded RMSNorm of x with post_gamma, by the arithmetic of the norm below
+// (add_squares, the block reduction, rms_scale, norm_vec), which is what a separate norm of the
+// rounded sum writes. The row loops call it before apply(), on their own copy of the row (never
+// stored as an output), so the epilogue's code after it is the same for every call and a call
+// without post_gamma pays a uniform branch. h may be -0.0 (a zero times a negative factor), as a
+// separate norm's output may. post_gamma is read after the reduction (from L1 or L2 after a
+// CTA's first row).
+template <typename T, int kVecs, typename Reducer>
+__device__ __forceinline__ void post_norm_in_place(const KernelParams& p, const RowSlice& s,
+                                                   uint4 (&x)[kVecs], Reducer& red) {
+  if (p.post_gamma == nullptr) return;
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    if (s.owns(k)) sum_sq = add_squares<T>(x[k], sum_sq);
+  }
+  const float scale = rms_scale(red.template reduce<SumOp>(sum_sq), s.row_len, p.eps);
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    if (!s.owns(k)) continue;
+    float g[8];
+    if (p.gamma_fp32) {
+      load_gamma<T>(p, p.post_gamma, s.vec(k), g);
+    } else {  // packed until here: 4 registers a vector, not 8
+      unpack<T>(ld_v4(elem_ptr(p.post_gamma, static_cast<int64_t>(s.vec(k)) * kElemsPerVec)), g);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) g[i] += p.gamma_offset;
+    }
+    x[k] = norm_vec<T>(x[k], g, scale, p.norm_rounding);
+  }
+}
+
 // residual_out = round(ar + residual_in) (= ar without residual_in); norm_out =
 // round(residual_out * rsqrt(mean_sq + eps) * g), or with norm_rounding round(round(y * s) * g).
+// For a sandwich call ar is already its post-norm h (post_norm, run by the row loop before apply).
 // prefetch() runs before the all-reduced value is waited for, so the memory latency of residual_in
 // and gamma overlaps the reduction instead of following it. residual_in goes into registers.
 // kStreaming: the epilogue of the streaming kernel (world 1 and the second kernel of a split call,
@@ -285,6 +331,11 @@ struct ResidualRmsNormEpilogue : NoScalePadding {
       }
     }
     return c;
+  }
+
+  template <typename Reducer>
+  __device__ static void post_norm(const KernelParams& p, const RowSlice& s, uint4 (&ar)[kVecs], Reducer& red) {
+    post_norm_in_place<T, kVecs>(p, s, ar, red);
   }
 
   __device__ static Prefetch prefetch(const KernelParams& p, const RowSlice& s, const Cta&) {
@@ -342,7 +393,7 @@ struct ResidualRmsNormEpilogue : NoScalePadding {
       if (!s.owns(k)) continue;
       float g[8];
       if (p.gamma_fp32) {
-        load_gamma<T>(p, s.vec(k), g);
+        load_gamma<T>(p, p.gamma, s.vec(k), g);
       } else {
         unpack<T>(gamma_raw[k], g);
 #pragma unroll
@@ -381,6 +432,7 @@ __device__ __forceinline__ void for_each_owned_row(const KernelParams& p, ValueF
     for (int k = 0; k < Epilogue::kVecs; ++k) {
       if (rs.owns(k)) ar[k] = value(rs, k);
     }
+    Epilogue::post_norm(p, rs, ar, red);
     Epilogue::apply(p, rs, ar, pre, cta, red);
   }
 }

@@ -12,8 +12,9 @@
 namespace arf {
 
 static __global__ void __launch_bounds__(32, 1) shared_device_gate_kernel(const KernelParams p) {
-  // One decision for the whole CTA: the gate synchronizes its threads.
-  if (__syncthreads_or(protocol::aborted(p)) != 0) return;
+  // One decision for the whole CTA: the gate synchronizes its threads. A released call (a peer's
+  // release kernel) gates nothing: its collective will do nothing either.
+  if (__syncthreads_or(protocol::aborted(p) || protocol::released(p)) != 0) return;
   (void)protocol::shared_device_gate(p);
 }
 

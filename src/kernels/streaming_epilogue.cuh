@@ -105,6 +105,7 @@ __device__ __forceinline__ void stream_staged_rows(const KernelParams& p) {
       in[k] = kCanonical ? canonicalize(stage[s.vec(k)]) : stage[s.vec(k)];
       if (has_residual) pre.residual[k] = stage[row_vecs + s.vec(k)];
     }
+    Epilogue::post_norm(p, s, in, red);
     Epilogue::apply(p, s, in, pre, cta, red);
   }
 }
@@ -127,6 +128,9 @@ __device__ __forceinline__ void stream_register_rows(const KernelParams& p) {
     load_row_input<kVecs, kCanonical>(p, s, in);
     Prefetch pre = Epilogue::prefetch(p, s, cta);
     for (;;) {
+      // A sandwich call's post-norm before the next row's loads: their registers are not held
+      // across its reduction (the FP4 epilogues at two vectors a thread spilled there).
+      Epilogue::post_norm(p, s, in, red);
       const int next = row + grid;  // < 2^31: num_rows is an int and grid <= num_rows
       const bool more = next < p.num_rows;
       RowSlice s_next;
@@ -151,6 +155,7 @@ __device__ __forceinline__ void stream_register_rows(const KernelParams& p) {
       uint4 in[kVecs];
       load_row_input<kVecs, kCanonical>(p, s, in);
       const Prefetch pre = Epilogue::prefetch(p, s, cta);
+      Epilogue::post_norm(p, s, in, red);
       Epilogue::apply(p, s, in, pre, cta, red);
     }
   }

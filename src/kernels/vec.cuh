@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "base/bit_cast.h"
 #include "common/kernel_params.h"  // kNegZeroBits
 
 namespace arf {
@@ -17,7 +18,7 @@ struct DTypeOps;
 template <>
 struct DTypeOps<__nv_bfloat16> {
   __device__ static float to_float(uint16_t bits) {
-    return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+    return bit_cast<float>(static_cast<uint32_t>(bits) << 16);
   }
   __device__ static uint16_t from_float(float v) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(v));

@@ -1,7 +1,7 @@
 // The device side of a kernel_set.def row: row_kernels<dtype, kernel, patterns, worlds...>()
 // instantiates every kernel of the row (each world x pattern x vector count) and returns their
-// entries. Included only by the translation units cmake/kernel_rows.cmake writes, one per row, each an
-// explicit instantiation of row_kernels for its row, so the rows compile in parallel. The
+// entries. Included only by the translation units write_kernel_units.cc writes, one per row, each
+// an explicit instantiation of row_kernels for its row, so the rows compile in parallel. The
 // epilogue types and kernel templates are the ones every path shares (row_epilogue.cuh,
 // quant_epilogue.cuh); this file only names them.
 #pragma once

@@ -1,7 +1,9 @@
 // The kernel set: what the library builds (the rows of kernel_set.def, as the constexpr table
-// kKernelRows) and which of those kernels a call launches (call_kernels). Both the launcher's
-// kernel table (launch.cu: launch and preload) and the CPU tests read this header, so a kernel a
-// plan can reach but the build lacks is a CPU test failure, not a launch-time surprise.
+// kKernelRows) and which of those kernels a call launches (call_kernels). Everything else reads the
+// set from here: the build's translation units and kernel count (write_kernel_units.cc, run by
+// cmake/kernel_rows.cmake), the launcher's kernel table (launch.cu: launch and preload,
+// kernel_index) and the CPU tests, so a kernel a plan can reach but the build lacks is a CPU test
+// failure, not a launch-time surprise.
 // Host C++ only (no CUDA): the device side of a row is kernel_row.cuh.
 #pragma once
 
@@ -17,7 +19,16 @@ namespace arf {
 // The kernel templates: the three all-reduce algorithms (oneshot_lamport.cuh, oneshot_pull.cuh,
 // twoshot.cuh) and the local epilogue kernel (local_epilogue.cuh).
 enum class KernelKind : int { kOneshotLamport = 0, kOneshotPull = 1, kTwoshot = 2, kLocalEpilogue = 3 };
-inline constexpr int kNumKernelKinds = 4;
+
+constexpr const char* kernel_kind_name(KernelKind kernel) {
+  switch (kernel) {
+    case KernelKind::kOneshotLamport: return "oneshot_lamport";
+    case KernelKind::kOneshotPull: return "oneshot_pull";
+    case KernelKind::kTwoshot: return "twoshot";
+    case KernelKind::kLocalEpilogue: return "local_epilogue";
+  }
+  return "unknown";
+}
 
 // The epilogues of a row, by pattern:
 //   kPlain      allreduce (AllReduceEpilogue), residual_rmsnorm (ResidualRmsNormEpilogue)
@@ -25,7 +36,16 @@ inline constexpr int kNumKernelKinds = 4;
 //   kQuant      the five quantized patterns, norm + quantization (ResidualRmsNormQuantEpilogue)
 //   kQuantOnly  the five quantizers over an already normalised row (QuantOnlyEpilogue; level 2)
 enum class PatternSet : int { kPlain = 0, kNorm = 1, kQuant = 2, kQuantOnly = 3 };
-inline constexpr int kNumPatternSets = 4;
+
+constexpr const char* pattern_set_name(PatternSet set) {
+  switch (set) {
+    case PatternSet::kPlain: return "plain";
+    case PatternSet::kNorm: return "norm";
+    case PatternSet::kQuant: return "quant";
+    case PatternSet::kQuantOnly: return "quant_only";
+  }
+  return "unknown";
+}
 
 inline constexpr std::array<Pattern, 2> kPlainPatterns = {Pattern::kAllReduce, Pattern::kResidualRmsNorm};
 inline constexpr std::array<Pattern, 1> kNormPatterns = {Pattern::kResidualRmsNorm};
@@ -93,8 +113,8 @@ constexpr int declared_kernel_count() {
 
 // The stress tool's diagnostic library variants (cmake/stress.cmake: negative controls, debug
 // stall) build the bf16 kernels of the unquantized patterns only: all arfusion-stress drives, and
-// small enough to ship to a GPU machine. cmake/kernel_rows.cmake restates this rule to leave the other
-// rows' translation units out of those variants.
+// small enough to ship to a GPU machine. write_kernel_units.cc lists the other rows' translation
+// units for cmake/stress.cmake to leave out of those variants.
 constexpr bool in_diagnostic_subset(const KernelRow& row) {
   return row.dtype == DType::kBf16 && (row.patterns == PatternSet::kPlain || row.patterns == PatternSet::kNorm);
 }
@@ -138,6 +158,36 @@ constexpr bool declared(const KernelKey& key) {
     if (row_has(row, key)) return true;
   }
   return false;
+}
+
+// Position of `value` in `values`, -1 when absent.
+template <typename T, size_t kN>
+constexpr int index_of(const std::array<T, kN>& values, const T& value) {
+  for (size_t i = 0; i < kN; ++i) {
+    if (values[i] == value) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// The kernel's place among the declared kernels, in [0, declared_kernel_count()): the rows in
+// kernel_set.def's order, each row's kernels by world, pattern, vector count (the order
+// kernel_row.cuh builds them in); -1 when no row declares it. The launcher's kernel table has one
+// slot per declared kernel, at this index.
+constexpr int kernel_index(const KernelKey& key) {
+  int first = 0;
+  for (const KernelRow& row : kKernelRows) {
+    if (row_has(row, key)) {
+      const int world = key.kernel == KernelKind::kLocalEpilogue ? 0 : index_of(row.worlds, key.world);
+      const std::span<const Pattern> patterns = patterns_in(row.patterns);
+      int pattern = 0;
+      while (patterns[static_cast<size_t>(pattern)] != key.pattern) ++pattern;
+      const int vecs = index_of(kVecCounts, key.vecs);
+      const int per_world = static_cast<int>(patterns.size() * kVecCounts.size());
+      return first + world * per_world + pattern * static_cast<int>(kVecCounts.size()) + vecs;
+    }
+    first += row.num_kernels();
+  }
+  return -1;
 }
 
 // Vectors per thread for a row of row_elems columns in blocks of `block` threads: 1 or 2
@@ -240,7 +290,7 @@ struct KernelEntry {
 };
 
 // Defined in kernel_row.cuh, explicitly instantiated once per row by the translation units that
-// cmake/kernel_rows.cmake writes from kernel_set.def. Empty for a row outside this build
+// write_kernel_units.cc writes from kernel_set.def. Empty for a row outside this build
 // (row_in_build).
 template <DType kDType, KernelKind kKernel, PatternSet kPatterns, int... kWorlds>
 std::span<const KernelEntry> row_kernels();

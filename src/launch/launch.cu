@@ -23,8 +23,8 @@
 namespace arf {
 namespace {
 
-// Every built kernel, indexed by key: one slot per (dtype, kernel, world, pattern set, pattern,
-// vector count), null where the build has no kernel. Filled once, from each row's entries.
+// Every built kernel, indexed by key: one slot per declared kernel (kernel_set.h, kernel_index),
+// null where this build has no kernel. Filled once, from each row's entries.
 class KernelTable {
  public:
   KernelTable() {
@@ -32,35 +32,12 @@ class KernelTable {
   }
 
   KernelFn find(const KernelKey& key) const {
-    const int s = slot(key);
-    return s < 0 ? nullptr : slots_[static_cast<size_t>(s)];
+    const int i = kernel_index(key);
+    return i < 0 ? nullptr : slots_[static_cast<size_t>(i)];
   }
   const std::vector<KernelEntry>& entries() const { return entries_; }
 
  private:
-  static constexpr int kWorldSlots = 5;  // 0 (the local epilogue), 1, 2, 4, 8
-  static constexpr int kPatterns = 7;
-  static constexpr int kSlots = 2 * kNumKernelKinds * kWorldSlots * kNumPatternSets * kPatterns *
-                                static_cast<int>(kVecCounts.size());
-
-  static int slot(const KernelKey& key) {
-    const int dtype = static_cast<int>(key.dtype);
-    const int world = key.world == 0 ? 0 : key.world == 1 ? 1 : key.world == 2 ? 2 : key.world == 4 ? 3
-                      : key.world == 8 ? 4 : -1;
-    int vecs = -1;
-    for (size_t i = 0; i < kVecCounts.size(); ++i) {
-      if (key.vecs == kVecCounts[i]) vecs = static_cast<int>(i);
-    }
-    const int pattern = static_cast<int>(key.pattern);
-    if (dtype < 0 || dtype > 1 || world < 0 || vecs < 0 || pattern < 0 || pattern >= kPatterns) return -1;
-    int s = dtype;
-    s = s * kNumKernelKinds + static_cast<int>(key.kernel);
-    s = s * kWorldSlots + world;
-    s = s * kNumPatternSets + static_cast<int>(key.patterns);
-    s = s * kPatterns + pattern;
-    return s * static_cast<int>(kVecCounts.size()) + vecs;
-  }
-
   // Row kI of kKernelRows, its worlds as a parameter pack (they are packed at the front).
   template <size_t kI, size_t... kW>
   static std::span<const KernelEntry> row(std::index_sequence<kW...>) {
@@ -78,13 +55,13 @@ class KernelTable {
   void add_row() {
     if constexpr (row_in_build(kKernelRows[kI])) {
       for (const KernelEntry& e : row<kI>(std::make_index_sequence<kKernelRows[kI].num_worlds()>{})) {
-        slots_[static_cast<size_t>(slot(e.key))] = e.fn;
+        slots_[static_cast<size_t>(kernel_index(e.key))] = e.fn;
         entries_.push_back(e);
       }
     }
   }
 
-  std::array<KernelFn, kSlots> slots_{};
+  std::array<KernelFn, declared_kernel_count()> slots_{};
   std::vector<KernelEntry> entries_;
 };
 
@@ -93,20 +70,9 @@ const KernelTable& kernel_table() {
   return table;
 }
 
-const char* kernel_name(KernelKind kernel) {
-  switch (kernel) {
-    case KernelKind::kOneshotLamport: return "oneshot_lamport";
-    case KernelKind::kOneshotPull: return "oneshot_pull";
-    case KernelKind::kTwoshot: return "twoshot";
-    case KernelKind::kLocalEpilogue: return "local epilogue";
-  }
-  return "unknown";
-}
-
 std::string describe(const KernelKey& key) {
   const char* set = key.patterns == PatternSet::kQuantOnly ? " (quantize only)" : "";
-  std::string text = std::string(kernel_name(key.kernel)) + " kernel for " +
-                     (key.dtype == DType::kBf16 ? "bf16" : key.dtype == DType::kFp16 ? "fp16" : "fp32") +
+  std::string text = std::string(kernel_kind_name(key.kernel)) + " kernel for " + dtype_name(key.dtype) +
                      ", pattern " + pattern_name(static_cast<arfPattern_t>(key.pattern)) + set;
   if (key.world != 0) text += ", world " + std::to_string(key.world);
   return text + ", " + std::to_string(key.vecs) + " vectors per thread";
@@ -208,14 +174,16 @@ Status launch_chain(const LaunchPlan& plan, Pattern pattern, const CallKernels& 
                       launch_kernel(fns[1], call.keys[1], epilogue_grid(plan, second), plan.block, second, stream));
 }
 
-// The plan owes the gate whenever ranks share a GPU (captured calls too: the graph replays it).
-// The negative-control build without it keeps the protocol that deadlocks.
-bool needs_gate(const LaunchPlan& plan) {
+// The plan owes the gate whenever ranks share a GPU (captured calls too: the graph replays it);
+// a rank launches it when it has device mates (launch_plan.h). The negative-control build
+// without it keeps the protocol that deadlocks.
+bool needs_gate(const LaunchPlan& plan, const KernelParams& params) {
 #if defined(ARF_NEGATIVE_CONTROL_NO_SHARED_DEVICE_GATE)
   (void)plan;
+  (void)params;
   return false;
 #else
-  return plan.shared_device_gate;
+  return launches_shared_device_gate(plan, params.device_mates);
 #endif
 }
 
@@ -240,7 +208,7 @@ Status launch(const LaunchPlan& plan, Pattern pattern, DType dtype, const Kernel
   if (call.count == 0) return internal_error("no all-reduce kernel for this algorithm");
   Result<std::array<KernelFn, 2>> fns = find_kernels(call);
   if (!fns.is_ok()) return fns.status();
-  if (needs_gate(plan)) {
+  if (needs_gate(plan, params)) {
     ARF_RETURN_IF_ERROR(launch_gate(params, stream));
     if (between_kernels) ARF_RETURN_IF_ERROR(between_kernels());
   }

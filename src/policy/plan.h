@@ -31,6 +31,9 @@ struct StaticFacts {
   // that all device mates' CTAs are resident at once (policy.h, co_resident_test_grid_cap). A
   // testing knob: arfPlanFacts_t does not carry it, so arfPlanFromFacts plans the normal mode.
   bool co_resident_test = false;
+  // arfCommConfig_t::max_ctas: the most CTAs one call keeps on a GPU at once, over every rank on
+  // it (0: no bound). Agreed at init (equal on every rank); policy.h, cta_bound.
+  int max_ctas = 0;
 };
 
 // The shape of one call, as the planner sees it.
@@ -44,6 +47,10 @@ struct CallShape {
   int64_t num_elems = 0;  // per rank
   int row_elems = 0;      // hidden (allreduce of a flat count: the chosen row width)
   int64_t num_rows = 0;
+  // A sandwich call (arfFusedArgs_t::post_gamma set): every kernel chain runs it (the post-norm is
+  // part of the shared epilogue, kernels/row_epilogue.cuh), so it changes no choice, only the
+  // reason; allreduce takes none.
+  bool post_norm = false;
 };
 
 // The launch part (LaunchPlan: algorithm, inner_allreduce, grid, block, epilogue_grid,

@@ -1,19 +1,26 @@
-// Policy: feasibility mask -> tuned table or default thresholds -> choice, in the spirit of NCCL's
-// sym_kernels.cc. Everything here is a pure function of (CallShape, StaticFacts, TuningTable): no
-// timing, no device queries, no
-// per-rank state, so every rank computes the same Plan (an engine has hung
-// because per-rank launch shapes diverged). The block size comes from common/launch_plan.h
-// (block_threads_for_row), the one definition the planner, the launcher and the CPU tests share.
+// Policy: feasibility mask -> tuned table -> the built-in defaults -> choice, in the spirit of
+// NCCL's sym_kernels.cc. Everything here is a pure function of (CallShape, StaticFacts,
+// TuningTable): no timing, no device queries, no per-rank state, so every rank computes the same
+// Plan (ranks whose launch shapes diverge wait for each other until the bound). The crossovers
+// between algorithms are data, not code: the built-in ones are the default tuning table
+// (default_tuning_table.json, embedded in the library; docs/architecture.md, Policy, says what
+// each rests on), a tuned table ($ARF_TUNING_TABLE) replaces them where it has an entry. The block
+// size comes from common/launch_plan.h (block_threads_for_row), the one definition the planner,
+// the launcher and the CPU tests share.
 #include "policy/policy.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/int_math.h"
 #include "base/names.h"
 #include "common/launch_plan.h"
+#include "policy/default_tuning_table.h"
 
 namespace arf {
 namespace {
@@ -24,20 +31,6 @@ constexpr int64_t kMiB = 1024 * kKiB;
 const char* algorithm_name(Algorithm a) { return arf::algorithm_name(static_cast<arfAlgorithm_t>(a)); }
 
 bool world_supported(int world) { return world == 1 || world == 2 || world == 4 || world == 8; }
-
-// Bytes per rank above which one-shot Lamport stops winning on Hopper with NVLink. One-shot moves
-// world x the data of two-shot, so the limit shrinks as the world grows. The starting points were
-// the fused one-shot crossovers other Hopper implementations ship (about 8 MiB per rank at world 2,
-// 1-2 MiB at world 4, 0.5 MiB at world 8); world 2's and world 4's were then measured on ours. World 1 never
-// communicates, so any size is "one-shot".
-int64_t oneshot_limit_bytes(int world) {
-  switch (world) {
-    case 2: return 8 * kMiB;
-    case 4: return 256 * kKiB;  // measured, 4x H200 NV18 (6774abd): two-shot wins from 512 KiB
-    case 8: return 512 * kKiB;
-    default: return INT64_MAX;
-  }
-}
 
 // "16 KiB", "2.5 MiB", "96 B": reasons are read by people, so sizes are in the unit they think in.
 std::string format_bytes(int64_t bytes) {
@@ -79,117 +72,97 @@ bool shape_feasible(const CallShape& shape, const StaticFacts& facts, std::strin
   return true;
 }
 
-// Ranks sharing a device have no links between them: every push and pull crosses the one HBM and
-// every rank's CTAs share its SMs, so the NVLink limits above do not apply. Measured on one H200
-// with every rank on it (plain all-reduce 16 KiB-64 MiB, residual + RMSNorm at hidden 8192, 1-2048
-// tokens, every algorithm forced; gpu_acceptance.sh policy):
-//   2 ranks: oneshot_lamport is 15-31% faster than two-shot up to 2 MiB; above, oneshot_pull is
-//            5-34% faster than two-shot.
-//   4 ranks: oneshot_lamport is 6-38% faster up to 512 KiB; above, oneshot_pull wins the plain
-//            all-reduce by 1-24%, two-shot the fused epilogue by 1-5% up to 4 MiB and oneshot_pull
-//            it by 2-4% from 8 MiB.
-// The 2-rank plain limit and the 4-rank fused switch to oneshot_pull were re-measured with this
-// rule in place (plain 2 MiB oneshot_lamport 10.39 vs oneshot_pull 10.83 us; fused 2048 tokens
-// oneshot_pull 276.17 vs two-shot 287.94 us), after the entry change that made oneshot_pull 9%
-// faster there. With both changes auto was within 2% of the fastest column at every size measured.
-//   8 ranks: two-shot within 2% of the best at every size; oneshot_pull 5-42% and
-//            oneshot_lamport 9-307% slower.
-// Worlds where only some ranks share a device (unmeasured) take two-shot, as all sharing did
-// before the measurement. Returns nothing when the rule's algorithms cannot run this call.
-std::optional<Plan> choose_shared_device(const CallShape& shape, const StaticFacts& facts,
-                                         int64_t bytes, bool lamport_ok, bool twoshot_ok) {
-  const bool all_on_one = facts.max_ranks_per_device == facts.world;
-  const bool flat = shape.pattern == Pattern::kAllReduce;
-  int64_t lamport_limit = 0;
-  int64_t pull_above = -1;  // oneshot_pull past the Lamport limit for calls over this (-1: never)
-  if (all_on_one && facts.world == 2) {
-    lamport_limit = 2 * kMiB;
-    pull_above = 0;
-  } else if (all_on_one && facts.world == 4) {
-    lamport_limit = 512 * kKiB;
-    pull_above = flat ? 0 : 4 * kMiB;
-  }
-  const Algorithm above = pull_above >= 0 && bytes > pull_above ? Algorithm::kOneshotPull : Algorithm::kTwoshot;
-  const std::string sharing = "auto: " + std::to_string(facts.max_ranks_per_device) +
-                              " ranks share a device (no links; measured on one GPU)";
-  Plan plan;
-  if (lamport_ok && bytes <= lamport_limit) {
-    plan.algorithm = Algorithm::kOneshotLamport;
-    plan.reason = sharing + ", " + format_bytes(bytes) + "/rank <= " + format_bytes(lamport_limit) +
-                  " -> oneshot_lamport";
-    return plan;
-  }
-  std::string size;
-  if (lamport_limit > 0) {
-    size = bytes > lamport_limit ? ", " + format_bytes(bytes) + "/rank > " + format_bytes(lamport_limit)
-                                 : ", oneshot_lamport infeasible";
-  }
-  if (pull_above > 0) size += bytes > pull_above ? " and > " + format_bytes(pull_above) : ", <= " + format_bytes(pull_above);
-  if (above == Algorithm::kOneshotPull && algorithm_feasible(above, shape, facts, nullptr)) {
-    plan.algorithm = above;
-    plan.reason = sharing + size + " -> oneshot_pull";
-    return plan;
-  }
-  if (!twoshot_ok) return std::nullopt;
-  plan.algorithm = Algorithm::kTwoshot;
-  plan.reason = sharing + size + " -> twoshot";
-  return plan;
+// The words of a default range's bounds: "<B>/rank <= 512 KiB", "> 512 KiB and <= 4 MiB", "> 4 MiB"
+// (a range's tokens at its entry's hidden, in bytes per rank), nothing for the only range.
+std::string range_words(int64_t bytes, const TuningChoice& c, size_t dtype_size) {
+  const int64_t token_bytes = static_cast<int64_t>(c.hidden) * static_cast<int64_t>(dtype_size);
+  const bool first = c.range == 0;
+  const bool last = c.range + 1 == c.entry->ranges.size();
+  std::string words = format_bytes(bytes) + "/rank";
+  if (!first) words += " > " + format_bytes((c.from_tokens - 1) * token_bytes);
+  if (!first && !last) words += " and";
+  if (!last) words += " <= " + format_bytes(c.to_tokens * token_bytes);
+  return words;
 }
 
 // What auto picks among the fused (single-kernel) algorithms; also the inner all-reduce of unfused.
-Result<Plan> choose_auto(const CallShape& shape, const StaticFacts& facts) {
+// World 1 never communicates: the epilogue over the input, oneshot_lamport's (its world-1 kernel
+// is the streaming one). An empty call moves nothing: oneshot_lamport. Otherwise the first that
+// can run the call of:
+//  - ranks sharing a device: every rank on it, the default table's "shared" choice for the call's
+//    bytes per rank, then its choices for larger calls (they hold more); only some ranks on a
+//    device (not measured): twoshot;
+//  - the default table's "one" (rank per device) choice for the call, then its choices for larger
+//    calls;
+//  - twoshot, then oneshot_pull.
+// *default_level: the quantized level of the default range that was chosen, 0 when none was.
+Result<Plan> choose_auto(const CallShape& shape, const StaticFacts& facts, int* default_level) {
+  *default_level = 0;
   Plan plan;
   std::string lamport_why;
-  const bool lamport_ok =
-      algorithm_feasible(Algorithm::kOneshotLamport, shape, facts, &lamport_why);
+  const bool lamport_ok = algorithm_feasible(Algorithm::kOneshotLamport, shape, facts, &lamport_why);
   if (facts.world == 1 && lamport_ok) {
     plan.algorithm = Algorithm::kOneshotLamport;
     plan.reason = "world 1: epilogue only, no communication";
     return plan;
   }
-  std::string twoshot_why;
-  const bool twoshot_ok = algorithm_feasible(Algorithm::kTwoshot, shape, facts, &twoshot_why);
   const int64_t bytes = shape.num_elems * static_cast<int64_t>(dtype_bytes(shape.dtype));
-  if (facts.max_ranks_per_device > 1) {
-    if (std::optional<Plan> shared = choose_shared_device(shape, facts, bytes, lamport_ok, twoshot_ok)) {
-      return *shared;
-    }
-  }
-  const int64_t limit = oneshot_limit_bytes(facts.world);
-  const std::string world_str = " at world " + std::to_string(facts.world);
-  if (lamport_ok && bytes <= limit) {
+  if (bytes == 0 && lamport_ok) {
     plan.algorithm = Algorithm::kOneshotLamport;
-    plan.reason = "auto: " + format_bytes(bytes) + "/rank <= " + format_bytes(limit) +
-                  " oneshot limit" + world_str;
+    plan.reason = "auto: an empty call moves nothing -> oneshot_lamport";
     return plan;
   }
-  const std::string why_not_oneshot =
-      lamport_ok ? format_bytes(bytes) + "/rank > " + format_bytes(limit) + " oneshot limit" + world_str
-                 : "oneshot_lamport infeasible (" + lamport_why + ")";
-  std::string pull_why;
-  const bool pull_ok = algorithm_feasible(Algorithm::kOneshotPull, shape, facts, &pull_why);
-  // World 2: two-shot's reduce-scatter and all-gather read as many bytes from the one peer as
-  // oneshot_pull's single read, and synchronize twice. Measured on 2x H200 over NV18 (hidden
-  // 8192; docs/performance.md, real ranks): pull even at 1024 tokens, 3-5% faster at
-  // 2048-4096.
-  if (facts.world == 2 && pull_ok) {
-    plan.algorithm = Algorithm::kOneshotPull;
-    plan.reason = "auto: " + why_not_oneshot + " -> oneshot_pull (world 2: two-shot reads as much)";
-    return plan;
+  const Result<TuningTable>& defaults = default_tuning_table();
+  if (!defaults.is_ok()) return defaults.status();
+
+  const bool shared = facts.max_ranks_per_device > 1;
+  const bool all_on_one = facts.max_ranks_per_device == facts.world;
+  std::string words = "auto: ";
+  if (shared) {
+    words += std::to_string(facts.max_ranks_per_device) + " ranks share a device" +
+             (all_on_one ? " (no links; measured on one GPU), " : ", not all of them (unmeasured), ");
   }
-  if (twoshot_ok) {
-    plan.algorithm = Algorithm::kTwoshot;
-    plan.reason = "auto: " + why_not_oneshot + " -> twoshot";
-    return plan;
+  // Candidates in order, each once, with the level of their default range (quantized patterns).
+  std::vector<std::pair<Algorithm, int>> candidates;
+  auto add = [&](Algorithm a, int level) {
+    for (const auto& c : candidates) {
+      if (c.first == a) return;
+    }
+    candidates.emplace_back(a, level);
+  };
+  std::string where;  // the call's size against the first default range consulted
+  auto add_defaults = [&](RankSharing sharing) {
+    const TuningKey key{facts.world, sharing, shape.dtype, tuning_group_of(shape.pattern), shape.row_elems};
+    const std::optional<TuningChoice> d = defaults.value().lookup_elems(key, shape.num_elems);
+    if (!d) return;
+    if (where.empty()) where = range_words(bytes, *d, dtype_bytes(shape.dtype));
+    for (size_t r = d->range; r < d->entry->ranges.size(); ++r) {
+      add(d->entry->ranges[r].algorithm, is_quant_pattern(shape.pattern) ? d->entry->ranges[r].level : 0);
+    }
+  };
+  if (shared && all_on_one) add_defaults(RankSharing::kShared);
+  if (shared && !all_on_one) add(Algorithm::kTwoshot, 0);
+  add_defaults(RankSharing::kOnePerDevice);
+  add(Algorithm::kTwoshot, 0);
+  add(Algorithm::kOneshotPull, 0);
+  if (where.empty()) where = format_bytes(bytes) + "/rank";
+  std::string skipped;  // the candidates passed over, with why
+  for (const auto& [algorithm, level] : candidates) {
+    std::string why;
+    if (algorithm_feasible(algorithm, shape, facts, &why)) {
+      *default_level = level;
+      plan.algorithm = algorithm;
+      plan.reason = words + where + " at world " + std::to_string(facts.world) + skipped + " -> " +
+                    algorithm_name(algorithm);
+      return plan;
+    }
+    skipped += std::string(skipped.empty() ? ": " : "; ") + algorithm_name(algorithm) + " infeasible (" +
+               why + ")";
   }
-  if (pull_ok) {
-    plan.algorithm = Algorithm::kOneshotPull;
-    plan.reason = "auto: " + why_not_oneshot + ", twoshot infeasible (" + twoshot_why +
-                  ") -> oneshot_pull";
-    return plan;
-  }
-  return unsupported("no algorithm can run this call: " + why_not_oneshot + "; twoshot: " +
-                     twoshot_why + "; oneshot_pull: " + pull_why);
+  const bool lamport_tried = std::any_of(candidates.begin(), candidates.end(),
+                                         [](const auto& c) { return c.first == Algorithm::kOneshotLamport; });
+  return unsupported("no algorithm can run this call: " + where + " at world " + std::to_string(facts.world) +
+                     skipped + (lamport_ok || lamport_tried ? "" : "; oneshot_lamport infeasible (" + lamport_why + ")"));
 }
 
 }  // namespace
@@ -209,9 +182,16 @@ int protocol_free_grid_cap(const StaticFacts& facts, int block) {
   return static_cast<int>(std::clamp<int64_t>(cap, 1, kMaxProtocolFreeGrid));
 }
 
+int cta_bound(const StaticFacts& facts) {
+  if (facts.max_ctas <= 0) return INT32_MAX;
+  return facts.max_ctas / std::max(1, facts.max_ranks_per_device);
+}
+
 int grid_cap(const Plan& plan, const StaticFacts& facts) {
   const bool protocol_free = facts.world == 1 && plan.inner_allreduce == Algorithm::kOneshotLamport;
-  return protocol_free ? protocol_free_grid_cap(facts, plan.block) : co_resident_grid_cap(facts, plan.block);
+  const int cap = protocol_free ? protocol_free_grid_cap(facts, plan.block)
+                                : co_resident_grid_cap(facts, plan.block);
+  return std::min(cap, cta_bound(facts));
 }
 
 int co_resident_test_grid_cap(const StaticFacts& facts) {
@@ -239,6 +219,12 @@ bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const Stati
   if (!facts.custom) {
     *why = "the custom algorithms were disabled at init (a pair of ranks cannot reach each other's "
            "memory); this communicator runs on nccl";
+    return false;
+  }
+  if (cta_bound(facts) < 1) {
+    *why = "max_ctas " + std::to_string(facts.max_ctas) + " leaves no CTA to each of the " +
+           std::to_string(facts.max_ranks_per_device) + " ranks sharing a GPU (at least " +
+           std::to_string(facts.max_ranks_per_device) + " needed)";
     return false;
   }
   if (!shape_feasible(shape, facts, why)) return false;
@@ -280,7 +266,8 @@ bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const Stati
       CallShape inner = shape;
       inner.pattern = Pattern::kAllReduce;
       inner.requested = Algorithm::kAuto;
-      Result<Plan> inner_plan = choose_auto(inner, facts);
+      int level = 0;
+      Result<Plan> inner_plan = choose_auto(inner, facts, &level);
       if (!inner_plan.is_ok()) *why = inner_plan.status().message();
       return inner_plan.is_ok();
     }
@@ -305,6 +292,10 @@ const char* level_name(int level) {
 // runnable, before any algorithm is considered. validate.cc rejects the malformed ones earlier with
 // InvalidArgument; the policy re-checks so that make_plan is safe on its own.
 Status check_fallback_request(const CallShape& shape) {
+  if (shape.post_norm && shape.pattern == Pattern::kAllReduce) {
+    return invalid_argument("post_gamma (a sandwich call) needs a norm pattern; pattern allreduce "
+                            "has no norm to precede");
+  }
   const int level = shape.requested_fallback;
   if (level < 0 || level > 3) {
     return invalid_argument("fallback level " + std::to_string(level) +
@@ -378,6 +369,15 @@ int apply_tuned_table(const CallShape& shape, const StaticFacts& facts, const Tu
   return is_quant_pattern(shape.pattern) ? choice->level : 0;
 }
 
+// A sandwich call runs on whatever the plan chose: the post-norm is part of the epilogue every
+// kernel chain shares (kernel_set.h, call_kernels), so it runs in the kernel that adds the
+// residual: the fused kernel (levels 1 and 2), or the epilogue kernel after the all-reduce kernel
+// (unfused, level 3, nccl). The reason says which.
+void note_sandwich(Plan* plan) {
+  const bool split = plan->algorithm == Algorithm::kUnfused || plan->algorithm == Algorithm::kNccl;
+  plan->reason += split ? "; sandwich (post-norm in the epilogue kernel)" : "; sandwich (post-norm fused)";
+}
+
 // The co-resident test mode (StaticFacts::co_resident_test): no gate, every grid within the bound,
 // and the reason says so first (arfPlan_t.reason keeps 127 characters).
 void apply_co_resident_test(const StaticFacts& facts, Plan* plan) {
@@ -398,7 +398,8 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
   Plan plan;
   int tuned_level = 0;
   if (shape.requested == Algorithm::kAuto) {
-    Result<Plan> chosen = choose_auto(shape, facts);
+    int default_level = 0;
+    Result<Plan> chosen = choose_auto(shape, facts, &default_level);
     std::string nccl_why;
     if (!chosen.is_ok() && algorithm_feasible(Algorithm::kNccl, shape, facts, &nccl_why)) {
       // Beyond every custom algorithm's buffers (over capacity), or custom algorithms disabled:
@@ -416,6 +417,7 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
       if (!chosen.is_ok()) return chosen.status();
       plan = chosen.take();
       tuned_level = apply_tuned_table(shape, facts, table, &plan);
+      if (tuned_level == 0) tuned_level = default_level;
     }
   } else {
     std::string why;
@@ -434,7 +436,8 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
     CallShape inner = shape;
     inner.pattern = Pattern::kAllReduce;
     inner.requested = Algorithm::kAuto;
-    Result<Plan> inner_plan = choose_auto(inner, facts);
+    int level = 0;
+    Result<Plan> inner_plan = choose_auto(inner, facts, &level);
     if (!inner_plan.is_ok()) return inner_plan.status();  // excluded by algorithm_feasible
     plan.inner_allreduce = inner_plan.value().algorithm;
     // A plain all-reduce has no epilogue, so there is no second kernel to run.
@@ -446,11 +449,17 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
     plan.num_kernels = shape.pattern == Pattern::kAllReduce ? 1 : 2;
   }
   if (is_quant_pattern(shape.pattern)) apply_quant_level(shape, tuned_level, &plan);
+  if (shape.post_norm) note_sandwich(&plan);
   // One CTA per row at most; every rank derives the same numbers from the same inputs.
   const int64_t rows = std::max<int64_t>(shape.num_rows, 1);
   plan.block = block_threads_for_row(shape.row_elems);
   plan.grid = static_cast<int>(std::min<int64_t>(rows, grid_cap(plan, facts)));
-  plan.epilogue_grid = static_cast<int>(std::min<int64_t>(rows, protocol_free_grid_cap(facts, plan.block)));
+  const int64_t epilogue = std::min<int64_t>(rows, protocol_free_grid_cap(facts, plan.block));
+  plan.epilogue_grid = static_cast<int>(std::min<int64_t>(epilogue, cta_bound(facts)));
+  if (plan.grid == cta_bound(facts) || plan.epilogue_grid == cta_bound(facts)) {
+    plan.reason += "; max_ctas " + std::to_string(facts.max_ctas) + " caps the grid at " +
+                   std::to_string(cta_bound(facts));
+  }
   plan.shared_device_gate =
       facts.max_ranks_per_device > 1 && facts.world > 1 && plan.algorithm != Algorithm::kNccl;
   if (facts.co_resident_test) apply_co_resident_test(facts, &plan);

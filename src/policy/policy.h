@@ -1,6 +1,6 @@
-// Policy: feasibility -> tuned table (if any) -> default limits -> choice. A pure function of
-// (CallShape, StaticFacts, TuningTable): no timing, no runtime state, so every rank computes the
-// same Plan (algorithm AND grid). The table is a separate argument rather than a StaticFacts field:
+// Policy: feasibility -> tuned table (if any) -> the built-in default table -> choice. A pure
+// function of (CallShape, StaticFacts, TuningTable): no timing, no runtime state, so every rank
+// computes the same Plan (algorithm AND grid). The table is a separate argument rather than a StaticFacts field:
 // the facts are a small value every rank agrees on field by field, the table a host-only document.
 #pragma once
 
@@ -21,7 +21,13 @@ int co_resident_grid_cap(const StaticFacts& facts, int block);
 // 32 CTAs) times min_sm_count.
 int protocol_free_grid_cap(const StaticFacts& facts, int block);
 
-// The grid cap of a plan. Kernels that wait for peers or keep per-CTA protocol state (epochs and
+// The most CTAs any kernel of a call may launch on one rank under StaticFacts::max_ctas: the
+// bound split between the ranks sharing a GPU (max_ctas / max_ranks_per_device); INT32_MAX when
+// there is no bound. Below 1 the bound leaves a rank no CTA: no algorithm can run
+// (algorithm_feasible says so).
+int cta_bound(const StaticFacts& facts);
+
+// The grid cap of a plan (never above cta_bound). Kernels that wait for peers or keep per-CTA protocol state (epochs and
 // flags indexed by CTA) are held to co_resident_grid_cap. At world 1 a Lamport plan (and an
 // unfused one whose inner all-reduce is Lamport) runs no protocol at all: its kernel is a
 // streaming kernel, capped at protocol_free_grid_cap (plan.block must be set). Forced pull and
@@ -48,6 +54,11 @@ bool algorithm_feasible(Algorithm algorithm, const CallShape& shape, const Stati
 // quant kernel; a forced level 3 turns a chosen or forced fused algorithm into the inner all-reduce
 // of kUnfused; a forced level 1 or 2 with algorithm unfused -> arfUnsupported. Any non-auto level
 // on a non-quantized pattern, or one outside 0..3 -> arfInvalidArgument.
+//
+// Defaults (auto, and the inner all-reduce of unfused): world 1 -> oneshot_lamport; otherwise the
+// built-in default table (default_tuning_table.h; policy.cc, choose_auto, says in which order its
+// choices and the fallbacks are tried), read by the call's bytes per rank; a quantized call at
+// auto level takes its default range's level (1 in every shipped entry).
 //
 // Tuned table (tuning_table.h): consulted only when the algorithm is auto (and, for quantized
 // patterns, the level too); its choice must be feasible (algorithm_feasible), else the default

@@ -37,8 +37,8 @@ constexpr std::pair<const char*, RankSharing> kSharingNames[] = {
     {"one", RankSharing::kOnePerDevice}, {"shared", RankSharing::kShared}};
 constexpr std::pair<const char*, DType> kDtypeNames[] = {{"bf16", DType::kBf16},
                                                          {"fp16", DType::kFp16}};
-constexpr std::pair<const char*, TuningGroup> kGroupNames[] = {{"plain", TuningGroup::kPlain},
-                                                               {"quant", TuningGroup::kQuant}};
+constexpr std::pair<const char*, TuningGroup> kGroupNames[] = {
+    {"plain", TuningGroup::kPlain}, {"quant", TuningGroup::kQuant}, {"allreduce", TuningGroup::kAllReduce}};
 // Every algorithm but auto (a table records what auto chooses).
 bool is_table_algorithm(Algorithm a) {
   return a != Algorithm::kAuto &&
@@ -48,8 +48,6 @@ bool is_table_algorithm(Algorithm a) {
 const char* table_algorithm_name(Algorithm a) {
   return is_table_algorithm(a) ? algorithm_name(static_cast<arfAlgorithm_t>(a)) : "?";
 }
-
-const char* dtype_label(DType d) { return d == DType::kFp16 ? "fp16" : "bf16"; }
 
 Status error(const std::string& where, const std::string& what) {
   return invalid_argument("tuning table: " + where + ": " + what);
@@ -205,7 +203,7 @@ Status parse_entry(const json& j, const std::string& where, TuningEntry* out) {
       get_enum(j, "ranks_per_device", where, kSharingNames, "one, shared", &out->key.sharing));
   RETURN_IF_TABLE_ERROR(get_enum(j, "dtype", where, kDtypeNames, "bf16, fp16", &out->key.dtype));
   RETURN_IF_TABLE_ERROR(
-      get_enum(j, "patterns", where, kGroupNames, "plain, quant", &out->key.group));
+      get_enum(j, "patterns", where, kGroupNames, "plain, quant, allreduce", &out->key.group));
   RETURN_IF_TABLE_ERROR(get_int(j, "max_tokens", where, &out->max_tokens));
   const json& ranges = j.at("ranges");
   if (!ranges.is_array()) return error(where, "\"ranges\" must be an array");
@@ -252,22 +250,34 @@ const char* rank_sharing_name(RankSharing s) {
 }
 
 const char* tuning_group_name(TuningGroup g) {
-  return g == TuningGroup::kQuant ? "quant" : "plain";
+  return g == TuningGroup::kQuant ? "quant" : g == TuningGroup::kAllReduce ? "allreduce" : "plain";
 }
 
 std::string describe_key(const TuningKey& k) {
   return "world " + std::to_string(k.world) + ", " +
          (k.sharing == RankSharing::kShared ? "ranks sharing devices" : "one rank per device") +
-         ", " + dtype_label(k.dtype) + ", " + tuning_group_name(k.group) + ", hidden " +
+         ", " + dtype_name(k.dtype) + ", " + tuning_group_name(k.group) + ", hidden " +
          std::to_string(k.hidden);
 }
 
-std::optional<TuningChoice> TuningTable::lookup(const TuningKey& call, int64_t num_rows) const {
+namespace {
+
+// The entry a call of key `call` takes (lookup rule in tuning_table.h), or null.
+const TuningEntry* entry_for(const std::vector<TuningEntry>& entries, const TuningKey& call) {
+  // An all-reduce takes "allreduce" entries where the table has any for its (world, sharing,
+  // dtype), else the "plain" ones.
+  TuningGroup group = call.group;
+  if (group == TuningGroup::kAllReduce &&
+      std::none_of(entries.begin(), entries.end(), [&](const TuningEntry& e) {
+        return e.key.world == call.world && e.key.sharing == call.sharing && e.key.dtype == call.dtype &&
+               e.key.group == TuningGroup::kAllReduce;
+      })) {
+    group = TuningGroup::kPlain;
+  }
   const TuningEntry* best = nullptr;
   for (const TuningEntry& e : entries) {
     const TuningKey& k = e.key;
-    if (k.world != call.world || k.sharing != call.sharing || k.dtype != call.dtype ||
-        k.group != call.group) {
+    if (k.world != call.world || k.sharing != call.sharing || k.dtype != call.dtype || k.group != group) {
       continue;
     }
     if (best == nullptr) {
@@ -280,27 +290,47 @@ std::optional<TuningChoice> TuningTable::lookup(const TuningKey& call, int64_t n
     const int64_t best_d = std::abs(static_cast<int64_t>(best->key.hidden) - call.hidden);
     if (d < best_d || (d == best_d && k.hidden > best->key.hidden)) best = &e;
   }
+  return best;
+}
+
+// The range of `entry` holding `tokens` (of the entry's hidden), or nullopt past max_tokens.
+std::optional<TuningChoice> choice_at(const TuningEntry& entry, int64_t tokens) {
+  if (tokens > entry.max_tokens) return std::nullopt;
+  // The last range whose min_tokens <= tokens (ranges start at 1, so there is
+  // one).
+  auto next = std::upper_bound(entry.ranges.begin(), entry.ranges.end(), tokens,
+                               [](int64_t t, const TuningRange& r) { return t < r.min_tokens; });
+  if (next == entry.ranges.begin()) return std::nullopt;
+  const TuningRange& range = *(next - 1);
+  TuningChoice choice;
+  choice.algorithm = range.algorithm;
+  choice.level = range.level;
+  choice.hidden = entry.key.hidden;
+  choice.tokens = tokens;
+  choice.from_tokens = range.min_tokens;
+  choice.to_tokens = next == entry.ranges.end() ? entry.max_tokens : next->min_tokens - 1;
+  choice.entry = &entry;
+  choice.range = static_cast<size_t>(next - 1 - entry.ranges.begin());
+  return choice;
+}
+
+}  // namespace
+
+std::optional<TuningChoice> TuningTable::lookup(const TuningKey& call, int64_t num_rows) const {
+  const TuningEntry* best = entry_for(entries, call);
   if (best == nullptr || num_rows < 1 || call.hidden < 1) return std::nullopt;
   // Same bytes per rank in the tabulated entry's rows (rounded up: a partial
   // row still moves).
   const int64_t tokens = best->key.hidden == call.hidden
                              ? num_rows
                              : ceil_div(num_rows * call.hidden, best->key.hidden);
-  if (tokens > best->max_tokens) return std::nullopt;
-  // The last range whose min_tokens <= tokens (ranges start at 1, so there is
-  // one).
-  auto next = std::upper_bound(best->ranges.begin(), best->ranges.end(), tokens,
-                               [](int64_t t, const TuningRange& r) { return t < r.min_tokens; });
-  if (next == best->ranges.begin()) return std::nullopt;
-  const TuningRange& range = *(next - 1);
-  TuningChoice choice;
-  choice.algorithm = range.algorithm;
-  choice.level = range.level;
-  choice.hidden = best->key.hidden;
-  choice.tokens = tokens;
-  choice.from_tokens = range.min_tokens;
-  choice.to_tokens = next == best->ranges.end() ? best->max_tokens : next->min_tokens - 1;
-  return choice;
+  return choice_at(*best, tokens);
+}
+
+std::optional<TuningChoice> TuningTable::lookup_elems(const TuningKey& call, int64_t num_elems) const {
+  const TuningEntry* best = entry_for(entries, call);
+  if (best == nullptr || num_elems < 1) return std::nullopt;
+  return choice_at(*best, ceil_div(num_elems, static_cast<int64_t>(best->key.hidden)));
 }
 
 Status validate_tuning_table(const TuningTable& table) {
@@ -346,7 +376,7 @@ std::string tuning_table_to_json(const TuningTable& table) {
     }
     entries.push_back({{"world", e.key.world},
                        {"ranks_per_device", rank_sharing_name(e.key.sharing)},
-                       {"dtype", dtype_label(e.key.dtype)},
+                       {"dtype", dtype_name(e.key.dtype)},
                        {"patterns", tuning_group_name(e.key.group)},
                        {"hidden", e.key.hidden},
                        {"max_tokens", e.max_tokens},

@@ -9,7 +9,8 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
+
+#include "base/bit_cast.h"
 
 // The contract's sum is strictly fp32: no x87 excess precision and no contraction into FMA. x86-64
 // SSE evaluates float in float (FLT_EVAL_METHOD 0); refuse to build where that is not so rather
@@ -27,18 +28,6 @@
 namespace arf::ref {
 namespace {
 
-uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
-float bits_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
 // double -> float rounding to odd: truncate, then set the last bit if anything was lost. A value
 // rounded to odd with >= 2 more bits than the target rounds to nearest-even exactly as the original
 // would, so norm_out = round(norm_exact) has no double-rounding error.
@@ -47,7 +36,7 @@ float double_to_float_round_odd(double d) {
   float f = static_cast<float>(d);
   if (static_cast<double>(f) == d) return f;
   if (std::fabs(static_cast<double>(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
-  return bits_float(float_bits(f) | 1u);
+  return bit_cast<float>(bit_cast<uint32_t>(f) | 1u);
 }
 
 uint64_t splitmix64(uint64_t* state) {
@@ -57,9 +46,10 @@ uint64_t splitmix64(uint64_t* state) {
   return z ^ (z >> 31);
 }
 
-float gamma_at(const FusedInputs& in, int64_t col) {
-  if (in.gamma_dtype == DType::kFp32) return static_cast<const float*>(in.gamma)[col];
-  return to_float(static_cast<const uint16_t*>(in.gamma)[col], in.gamma_dtype);
+// gamma is in.gamma or in.post_gamma (both of in.gamma_dtype).
+float gamma_at(const FusedInputs& in, const void* gamma, int64_t col) {
+  if (in.gamma_dtype == DType::kFp32) return static_cast<const float*>(gamma)[col];
+  return to_float(static_cast<const uint16_t*>(gamma)[col], in.gamma_dtype);
 }
 
 // One row's residual_out is already rounded; the norm reads it back as float, as the kernel does.
@@ -80,8 +70,10 @@ Intermediate round_intermediate(double t, DType dtype) {
   return {nearest, static_cast<double>(to_float(other_bits, dtype))};
 }
 
-void reference_norm_row(const FusedInputs& in, const uint16_t* residual_row, uint16_t* norm_row,
-                        double* exact_row, double* alt_row) {
+// The norm of one rounded row (residual_out, or for the sandwich's post-norm the all-reduce) with
+// `gamma` (in.gamma or in.post_gamma).
+void reference_norm_row(const FusedInputs& in, const void* gamma, const uint16_t* residual_row,
+                        uint16_t* norm_row, double* exact_row, double* alt_row) {
   double sum_sq = 0.0;
   for (int64_t c = 0; c < in.hidden; ++c) {
     const double x = to_float(residual_row[c], in.dtype);
@@ -90,7 +82,7 @@ void reference_norm_row(const FusedInputs& in, const uint16_t* residual_row, uin
   const double mean_sq = sum_sq / static_cast<double>(in.hidden);
   const double inv_rms = 1.0 / std::sqrt(mean_sq + static_cast<double>(in.eps));
   for (int64_t c = 0; c < in.hidden; ++c) {
-    const double g = static_cast<double>(gamma_at(in, c)) + static_cast<double>(in.gamma_offset);
+    const double g = static_cast<double>(gamma_at(in, gamma, c)) + static_cast<double>(in.gamma_offset);
     const double y = static_cast<double>(to_float(residual_row[c], in.dtype));
     double exact = y * inv_rms * g;
     if (in.norm_rounding != 0) {
@@ -118,11 +110,11 @@ std::string describe_bits(uint16_t bits) {
 float bf16_to_float(uint16_t bits) {
   uint32_t u = static_cast<uint32_t>(bits) << 16;
   if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0) u |= 0x00400000u;  // quiet
-  return bits_float(u);
+  return bit_cast<float>(u);
 }
 
 uint16_t float_to_bf16(float value) {
-  const uint32_t u = float_bits(value);
+  const uint32_t u = bit_cast<uint32_t>(value);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
     // Truncation could clear every payload bit and turn NaN into Inf: force the quiet bit.
     return static_cast<uint16_t>((u >> 16) | 0x0040u);
@@ -138,19 +130,19 @@ float fp16_to_float(uint16_t bits) {
   const uint32_t exp = (bits >> 10) & 0x1Fu;
   const uint32_t mant = bits & 0x3FFu;
   if (exp == 0x1F) {
-    if (mant == 0) return bits_float(sign | 0x7F800000u);
-    return bits_float(sign | 0x7FC00000u | (mant << 13));
+    if (mant == 0) return bit_cast<float>(sign | 0x7F800000u);
+    return bit_cast<float>(sign | 0x7FC00000u | (mant << 13));
   }
   if (exp == 0) {
     // Zero or subnormal: mant * 2^-24, exact in float (which has 8 more exponent bits).
     const float magnitude = std::ldexp(static_cast<float>(mant), -24);
     return sign ? -magnitude : magnitude;
   }
-  return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  return bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
 uint16_t float_to_fp16(float value) {
-  const uint32_t u = float_bits(value);
+  const uint32_t u = bit_cast<uint32_t>(value);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
@@ -200,13 +192,27 @@ FusedOutputs reference_fused(const FusedInputs& in) {
   }
   if (in.residual_in == nullptr && in.gamma == nullptr) return out;  // pattern allreduce
 
+  // What the residual is added to: the sum, or for a sandwich call its rounded post-norm h.
+  const std::vector<uint16_t>* added = &out.allreduce;
+  if (in.post_gamma != nullptr) {
+    out.post_norm.resize(count);
+    out.post_norm_exact.resize(count);
+    if (in.norm_rounding != 0) out.post_norm_alt.resize(count);
+    for (int64_t row = 0; row < in.num_tokens; ++row) {
+      const int64_t base = row * in.hidden;
+      reference_norm_row(in, in.post_gamma, &out.allreduce[base], &out.post_norm[base],
+                         &out.post_norm_exact[base],
+                         out.post_norm_alt.empty() ? nullptr : &out.post_norm_alt[base]);
+    }
+    added = &out.post_norm;
+  }
   out.residual_out.resize(count);
   for (int64_t i = 0; i < count; ++i) {
-    if (in.residual_in == nullptr) {  // no residual (the first layer): residual_out = the sum
-      out.residual_out[i] = out.allreduce[i];
+    if (in.residual_in == nullptr) {  // no residual (the first layer): residual_out = the sum (or h)
+      out.residual_out[i] = (*added)[i];
       continue;
     }
-    const float sum = to_float(out.allreduce[i], in.dtype) + to_float(in.residual_in[i], in.dtype);
+    const float sum = to_float((*added)[i], in.dtype) + to_float(in.residual_in[i], in.dtype);
     out.residual_out[i] = from_float(sum, in.dtype);
   }
   if (in.gamma == nullptr) return out;
@@ -216,7 +222,7 @@ FusedOutputs reference_fused(const FusedInputs& in) {
   if (in.norm_rounding != 0) out.norm_alt.resize(count);
   for (int64_t row = 0; row < in.num_tokens; ++row) {
     const int64_t base = row * in.hidden;
-    reference_norm_row(in, &out.residual_out[base], &out.norm_out[base], &out.norm_exact[base],
+    reference_norm_row(in, in.gamma, &out.residual_out[base], &out.norm_out[base], &out.norm_exact[base],
                        out.norm_alt.empty() ? nullptr : &out.norm_alt[base]);
   }
   return out;
@@ -261,24 +267,107 @@ std::vector<double> norm_exact_of(const FusedInputs& in, const uint16_t* residua
   std::vector<uint16_t> rounded(static_cast<size_t>(in.hidden));
   for (int64_t row = 0; row < in.num_tokens; ++row) {
     const int64_t base = row * in.hidden;
-    reference_norm_row(in, residual_out + base, rounded.data(), exact.data() + base,
+    reference_norm_row(in, in.gamma, residual_out + base, rounded.data(), exact.data() + base,
                        alt != nullptr ? alt->data() + base : nullptr);
   }
   return exact;
 }
 
-bool norm_within_tolerance(uint16_t got_bits, double exact, DType dtype) {
-  const double got = to_float(got_bits, dtype);
-  if (std::isnan(exact) || std::isnan(got)) return std::isnan(exact) && std::isnan(got);
-  if (std::isinf(exact) || std::isinf(got)) return got == exact;
-  // ulp of the dtype at |exact|: 2^(floor(log2|exact|) - mantissa bits), never below the
-  // subnormal spacing.
+namespace {
+// The norm tolerance at a finite exact value: one ulp of the dtype at |exact|,
+// 2^(floor(log2|exact|) - mantissa bits) but never below the subnormal spacing, + 1e-6.
+double norm_tolerance(double exact, DType dtype) {
   const int mantissa_bits = dtype == DType::kFp16 ? 10 : 7;
   const int min_exp = dtype == DType::kFp16 ? -24 : -133;
   int exp2 = 0;
   std::frexp(exact, &exp2);  // |exact| in [2^(exp2-1), 2^exp2)
   const int ulp_exp = exact == 0.0 ? min_exp : std::max(exp2 - 1 - mantissa_bits, min_exp);
-  return std::fabs(got - exact) <= std::ldexp(1.0, ulp_exp) + 1e-6;
+  return std::ldexp(1.0, ulp_exp) + 1e-6;
+}
+}  // namespace
+
+bool norm_within_tolerance(uint16_t got_bits, double exact, DType dtype) {
+  const double got = to_float(got_bits, dtype);
+  if (std::isnan(exact) || std::isnan(got)) return std::isnan(exact) && std::isnan(got);
+  if (std::isinf(exact) || std::isinf(got)) return got == exact;
+  return std::fabs(got - exact) <= norm_tolerance(exact, dtype);
+}
+
+namespace {
+// The neighbours of a 16-bit float in value order (sign-magnitude; +0 and -0 are one value).
+// Preconditions: not NaN; not +Inf (next_up16) or -Inf (next_down16).
+uint16_t next_up16(uint16_t b) {
+  if ((b & 0x7FFFu) == 0) return 0x0001;  // -0 or +0 -> the smallest positive subnormal
+  return static_cast<uint16_t>((b & 0x8000u) ? b - 1 : b + 1);
+}
+uint16_t next_down16(uint16_t b) {
+  if ((b & 0x7FFFu) == 0) return 0x8001;
+  return static_cast<uint16_t>((b & 0x8000u) ? b + 1 : b - 1);
+}
+// The smallest dtype value >= d, and the largest <= d (d finite).
+uint16_t dtype_ceil(double d, DType dtype) {
+  const uint16_t b = from_float(double_to_float_round_odd(d), dtype);
+  return static_cast<double>(to_float(b, dtype)) < d ? next_up16(b) : b;
+}
+uint16_t dtype_floor(double d, DType dtype) {
+  const uint16_t b = from_float(double_to_float_round_odd(d), dtype);
+  return static_cast<double>(to_float(b, dtype)) > d ? next_down16(b) : b;
+}
+
+// What residual_out element i of a sandwich call may be: [lo, hi] by value (NaN bounds: a NaN).
+struct SandwichResidualRange {
+  double lo;
+  double hi;
+};
+SandwichResidualRange sandwich_residual_range(const FusedInputs& in, const FusedOutputs& ref,
+                                              int64_t i) {
+  const double exact = ref.post_norm_exact[static_cast<size_t>(i)];
+  double h_lo = exact, h_hi = exact;  // an infinite or NaN h must be met exactly
+  if (std::isfinite(exact)) {
+    double alt = ref.post_norm_alt.empty() ? exact : ref.post_norm_alt[static_cast<size_t>(i)];
+    if (!std::isfinite(alt)) alt = exact;
+    const double lo = std::min(exact - norm_tolerance(exact, in.dtype), alt - norm_tolerance(alt, in.dtype));
+    const double hi = std::max(exact + norm_tolerance(exact, in.dtype), alt + norm_tolerance(alt, in.dtype));
+    h_lo = to_float(dtype_ceil(lo, in.dtype), in.dtype);
+    h_hi = to_float(dtype_floor(hi, in.dtype), in.dtype);
+  }
+  if (in.residual_in == nullptr) return {h_lo, h_hi};
+  // round(float(h) + r) is monotonic in h: the ends of the h interval give the ends here.
+  const float r = to_float(in.residual_in[i], in.dtype);
+  auto add = [&](double h) { return static_cast<double>(to_float(from_float(static_cast<float>(h) + r, in.dtype), in.dtype)); };
+  return {add(h_lo), add(h_hi)};
+}
+}  // namespace
+
+std::string first_sandwich_residual_mismatch(const FusedInputs& in, const FusedOutputs& ref,
+                                             const uint16_t* got) {
+  const int64_t count = in.num_tokens * in.hidden;
+  if (static_cast<int64_t>(ref.post_norm_exact.size()) != count) {
+    return "first_sandwich_residual_mismatch: the reference has no post-norm (post_gamma not set)";
+  }
+  int64_t first = -1, mismatches = 0;
+  SandwichResidualRange first_range{0, 0};
+  for (int64_t i = 0; i < count; ++i) {
+    const SandwichResidualRange range = sandwich_residual_range(in, ref, i);
+    const double g = to_float(got[i], in.dtype);
+    const bool ok = std::isnan(range.lo) || std::isnan(range.hi) ? std::isnan(g)
+                                                                  : range.lo <= g && g <= range.hi;
+    if (ok) continue;
+    if (first < 0) {
+      first = i;
+      first_range = range;
+    }
+    ++mismatches;
+  }
+  if (first < 0) return "";
+  char buf[320];
+  std::snprintf(buf, sizeof(buf),
+                "residual_out (sandwich): %" PRId64 " of %" PRId64 " outside the contract; first at row %" PRId64
+                " col %" PRId64 ": got 0x%04x (%.9g), allowed [%.9g, %.9g] (exact post-norm %.9g)",
+                mismatches, count, first / in.hidden, first % in.hidden, got[first],
+                to_float(got[first], in.dtype), first_range.lo, first_range.hi,
+                ref.post_norm_exact[static_cast<size_t>(first)]);
+  return buf;
 }
 
 std::string first_bitwise_mismatch(const uint16_t* got, const uint16_t* want, int64_t count,

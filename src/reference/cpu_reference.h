@@ -35,6 +35,10 @@ struct FusedInputs {
   float gamma_offset = 0.0f;
   float eps = 1e-6f;
   int norm_rounding = 0;  // arfNormRounding_t: 1 rounds y * rsqrt(...) to the dtype before gamma
+  // Sandwich (post-norm) calls: [hidden] of gamma_dtype, with gamma_offset, eps and norm_rounding
+  // as for gamma. The all-reduce is normalised with it and rounded (h), and h takes the
+  // all-reduce's place: residual_out = round(h + residual_in) (= h without residual_in).
+  const void* post_gamma = nullptr;
 };
 
 struct FusedOutputs {
@@ -46,6 +50,14 @@ struct FusedOutputs {
   // the exact y * s (the kernel's fp32 rsqrt may round the intermediate either way near a tie).
   // A norm within tolerance of either value passes (first_norm_mismatch).
   std::vector<double> norm_alt;
+  // Sandwich calls only (post_gamma set): h, the post-norm of the all-reduce, as norm_out is for
+  // the residual (post_norm rounded from the exact value, post_norm_exact, post_norm_alt).
+  // residual_out and norm_out above then follow from this rounded h; a kernel's h may be the
+  // neighbouring value (within tolerance), so its residual_out is checked with
+  // first_sandwich_residual_mismatch and its norm_out against norm_exact_of its own residual_out.
+  std::vector<uint16_t> post_norm;
+  std::vector<double> post_norm_exact;
+  std::vector<double> post_norm_alt;
 };
 
 // Computes all outputs of residual_rmsnorm (allreduce always; residual/norm when residual_in set).
@@ -68,6 +80,15 @@ bool nccl_sum_within_tolerance(const FusedInputs& in, int64_t i, uint16_t got);
 // as for reference_fused). norm_within_tolerance against it checks our epilogue kernel alone.
 std::vector<double> norm_exact_of(const FusedInputs& in, const uint16_t* residual_out,
                                   std::vector<double>* alt = nullptr);
+
+// Sandwich calls: residual_out element i is within the contract when it equals
+// round(float(h) + float(residual_in[i])) (h itself without residual_in) for some dtype value h
+// within norm tolerance (norm_within_tolerance) of the exact post-norm (ref.post_norm_exact or
+// ref.post_norm_alt). The fp32 add and the rounding are monotonic in h, so the allowed outputs
+// form an interval, checked by value (+0 and -0 alike; a NaN bound requires a NaN). "" when every
+// element passes, else the first failure and the count. `ref` is reference_fused(in).
+std::string first_sandwich_residual_mismatch(const FusedInputs& in, const FusedOutputs& ref,
+                                             const uint16_t* got);
 
 // First mismatch report ("" when all equal): bitwise comparison of two arrays.
 std::string first_bitwise_mismatch(const uint16_t* got, const uint16_t* want, int64_t count,

@@ -29,11 +29,24 @@ struct RankInfo {
   int64_t max_tokens = 0;
   int64_t max_hidden = 0;
   int64_t oneshot_max_tokens = 0;
+  // ARF_DEBUG_COUNTERS_NEAR_WRAP: this rank's protocol counters start this many calls short of
+  // 2^32 (0: at 0; workspace.h). Must agree, or a rank would wait for epochs no peer writes.
+  uint32_t counters_near_wrap = 0;
+  // arfCommConfig_t::max_ctas (0: no bound). Must agree: plans depend on it.
+  int max_ctas = 0;
+  // This rank asked for the per-call integrity check (config or ARF_VERIFY_CALLS). The ranks need
+  // not agree: the communicator runs the check on every rank when any asked (comm_create.cc).
+  bool verify_calls = false;
   // Rank 0's tuning table (JSON text, already validated by rank 0; empty = none). Only rank 0's is
   // read: every rank parses infos()[0]'s, so all plan with one table whatever their environments.
   // Carried as text so the transport stays free of policy types (the ipc bootstrap sends bytes).
   std::string tuning_table_json;
 };
+
+// Settings every rank of a group must share beyond its capacity (which each transport checks as
+// it forms): OK, or InvalidArgument naming rank 0's value and the first rank that differs. Pure,
+// so every rank derives the same verdict from the same infos (agreement.cc).
+Status check_same_settings(const std::vector<RankInfo>& infos);
 
 class Group {
  public:
@@ -57,13 +70,19 @@ class Group {
   virtual Status wait_enqueue_turn(int rank, uint64_t call, double timeout_seconds) const = 0;
   virtual void mark_enqueued(int rank, uint64_t calls) = 0;
   // This rank's communicator failed (`why`): device mates waiting for its enqueues stop waiting
-  // and fail with `why` instead of waiting out the bound. Thread-safe, never blocks.
+  // and fail with `why` instead of waiting out the bound, and every peer sees it at its next
+  // call (peer_failure). The first reason stays. Thread-safe, never blocks.
   virtual void mark_failed(int rank, const Status& why) = 0;
+  // The failure of the lowest other rank that marked one, as CommFailed "rank R failed: <why>";
+  // OK while none did. Thread-safe, never blocks (a few loads: called before every call).
+  virtual Status peer_failure(int rank) const = 0;
 
-  // Every rank's call i must have the same signature (call_signature.h): InvalidArgument naming
-  // both ranks when the later rank records a different one (local: a shared log; ipc: shared
-  // rings, shared_call_log.h). Best effort: ranks far apart are not compared.
-  virtual Status record_call(int rank, uint64_t call_index, const local::CallSignature& signature) = 0;
+  // Every rank's call i must be the same (call_signature.h, compare_calls): a launched call with
+  // the same signature, or refused on every rank. InvalidArgument naming both ranks when the later
+  // rank launches a different one, CommFailed naming the refusing rank and its reason when one
+  // refused what another launched (local: a shared log; ipc: shared rings, shared_call_log.h).
+  // Best effort: ranks far apart are not compared.
+  virtual Status record_call(int rank, uint64_t call_index, const local::CallEntry& entry) = 0;
 
   // Why the ranks cannot use each other's memory ("" when they can). Identical on every rank. Only
   // the ipc transport forms a group in that state (its import or probe failed with Unsupported),

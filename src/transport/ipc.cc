@@ -33,6 +33,9 @@ struct Wire {
   int64_t total_bytes = 0;    // workspace layout size
   uint64_t mapped_bytes = 0;  // cuMem mapping size (granularity-rounded)
   uint64_t table_bytes = 0;   // tuning table text length (rank 0's is the one used)
+  uint32_t counters_near_wrap = 0;  // RankInfo's
+  int32_t verify_calls = 0;         // RankInfo's
+  int32_t max_ctas = 0;             // RankInfo's
 };
 
 // A step's outcome as exchanged between ranks.
@@ -154,11 +157,13 @@ class IpcGroup final : public Group {
   }
   Status wait_enqueue_turn(int, uint64_t, double) const override { return Status::ok(); }
   void mark_enqueued(int, uint64_t) override {}
-  void mark_failed(int, const Status&) override {}
-  // Across processes through shared rings (shared_call_log.h): a mismatch is refused before the
-  // later rank launches, as in one process.
-  Status record_call(int, uint64_t call_index, const local::CallSignature& signature) override {
-    return calls_.record(call_index, signature);
+  // Across processes through the failure notice of the shared call log (shared_call_log.h).
+  void mark_failed(int, const Status& why) override { calls_.mark_failed(why.message()); }
+  Status peer_failure(int) const override { return calls_.peer_failure(); }
+  // Across processes through shared rings (shared_call_log.h): a mismatch or a refusal is seen
+  // before the later rank launches, as in one process.
+  Status record_call(int, uint64_t call_index, const local::CallEntry& entry) override {
+    return calls_.record(call_index, entry);
   }
 
   // The bootstrap's all_gather (equal sizes: a length byte pair and zero padding), bounded by the
@@ -207,6 +212,9 @@ Wire prepare(const JoinRequest& req, Workspace* ws, Fd* export_fd,
   w.oneshot_max_tokens = p.oneshot_max_tokens;
   w.total_bytes = req.layout.total_bytes;
   w.table_bytes = p.tuning_table_json.size();
+  w.counters_near_wrap = p.counters_near_wrap;
+  w.verify_calls = p.verify_calls ? 1 : 0;
+  w.max_ctas = p.max_ctas;
 
   auto fail = [&w](const Status& s) {
     w.code = static_cast<int32_t>(s.code());
@@ -221,7 +229,8 @@ Wire prepare(const JoinRequest& req, Workspace* ws, Fd* export_fd,
   Result<SharedCallLog> log = SharedCallLog::create(req.world, req.rank);
   if (!log.is_ok()) return fail(log.status());
   calls->emplace(log.take());
-  Result<Workspace> allocated = allocate_workspace(req.layout, p.device, WorkspaceMemory::kShareable);
+  Result<Workspace> allocated = allocate_workspace(req.layout, p.device, WorkspaceMemory::kShareable,
+                                                   p.counters_near_wrap);
   if (!allocated.is_ok()) return fail(allocated.status());
   *ws = allocated.take();
   w.mapped_bytes = ws->mapping.bytes;
@@ -341,12 +350,16 @@ Result<std::shared_ptr<Group>> join(const JoinRequest& req) {
     info.max_tokens = w.max_tokens;
     info.max_hidden = w.max_hidden;
     info.oneshot_max_tokens = w.oneshot_max_tokens;
+    info.counters_near_wrap = w.counters_near_wrap;
+    info.verify_calls = w.verify_calls != 0;
+    info.max_ctas = w.max_ctas;
   }
   infos[static_cast<size_t>(req.rank)].workspace = own;
   auto fail = [&infos](Status why) {
     free_all(&infos);
     return why;
   };
+  if (Status same = check_same_settings(infos); !same.is_ok()) return fail(same);  // same everywhere
   Result<std::string> table = share_table(boot, wires.value(), req.proto.tuning_table_json);
   if (!table.is_ok()) return fail(table.status());
   infos[0].tuning_table_json = table.take();

@@ -9,7 +9,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -23,6 +22,8 @@
 #include <thread>
 #include <type_traits>
 #include <utility>
+
+#include "transport/random_bytes.h"
 
 namespace arf::ipc {
 
@@ -523,11 +524,7 @@ Status check_parts(const std::vector<WireMessage>& parts, uint16_t op, uint32_t 
 
 Result<UniqueId> UniqueId::generate() {
   UniqueId id;
-  for (size_t got = 0; got < id.bytes.size();) {
-    const ssize_t n = ::getrandom(id.bytes.data() + got, id.bytes.size() - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-    if (n < 0 && errno != EINTR) return internal_error(errno_text("getrandom for a unique id"));
-  }
+  ARF_RETURN_IF_ERROR(fill_random(id.bytes));
   return id;
 }
 

@@ -3,8 +3,6 @@
 // transitions (join, time out, abandon, form) trivially atomic with respect to each other.
 #include "transport/local.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,11 +10,12 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <random>
 #include <set>
+#include <span>
 #include <thread>
 
 #include "base/cuda_check.h"
+#include "transport/random_bytes.h"
 
 namespace arf::local {
 namespace {
@@ -146,6 +145,7 @@ Status wait_for_all(std::unique_lock<std::mutex>& lock, const std::string& key, 
     r->formed = true;
     registry().erase(key);
     r->failure = check_agreement(r->infos);
+    if (r->failure.is_ok()) r->failure = check_same_settings(r->infos);
     r->cv.notify_all();
     return r->failure;
   }
@@ -283,6 +283,15 @@ void LocalGroup::mark_failed(int rank, const Status& why) {
   failed_[rank].store(true, std::memory_order_release);
 }
 
+Status LocalGroup::peer_failure(int rank) const {
+  for (int r = 0; r < world(); ++r) {
+    if (r == rank || !failed_[r].load(std::memory_order_acquire)) continue;
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    return Status(arfCommFailed, "rank " + std::to_string(r) + " failed: " + failure_[r]);
+  }
+  return Status::ok();
+}
+
 Result<std::vector<std::string>> LocalGroup::exchange(int rank, const std::string& mine,
                                                       double timeout_seconds) {
   if (mine.size() > kMaxExchangeBytes) return internal_error("exchange: contribution too large");
@@ -330,22 +339,10 @@ Status LocalGroup::leave(int rank) {
   return first;
 }
 
-arfUniqueId new_unique_id() {
-  static std::atomic<uint64_t> counter{0};
+Result<arfUniqueId> new_unique_id() {
   arfUniqueId id;
-  thread_local std::random_device rd;  // opening the entropy source per call is slow
-  for (size_t i = 0; i < sizeof(id.internal); i += sizeof(uint32_t)) {
-    const uint32_t word = rd();
-    std::memcpy(id.internal + i, &word, sizeof(word));
-  }
-  // Deterministic uniqueness on top of the randomness: time, pid and a per-process counter.
-  const uint64_t now = static_cast<uint64_t>(
-      std::chrono::high_resolution_clock::now().time_since_epoch().count());
-  const uint32_t pid = static_cast<uint32_t>(getpid());
-  const uint64_t count = counter.fetch_add(1);
-  std::memcpy(id.internal + 0, &now, sizeof(now));
-  std::memcpy(id.internal + 8, &pid, sizeof(pid));
-  std::memcpy(id.internal + 12, &count, sizeof(count));
+  ARF_RETURN_IF_ERROR(fill_random(
+      std::span<uint8_t>(reinterpret_cast<uint8_t*>(id.internal), sizeof(id.internal))));
   return id;
 }
 

@@ -64,14 +64,15 @@ class LocalGroup final : public Group {
   // Records that `rank` has enqueued `calls` kernels. Thread-safe, never blocks.
   void mark_enqueued(int rank, uint64_t calls) override;
   void mark_failed(int rank, const Status& why) override;
+  Status peer_failure(int rank) const override;
 
-  // Every rank's call i must have the same signature (call_signature.h): InvalidArgument naming
-  // both ranks when not. Thread-safe; calls with no tokens are not recorded (they are no-ops).
   Result<std::vector<std::string>> exchange(int rank, const std::string& mine,
                                             double timeout_seconds) override;
 
-  Status record_call(int rank, uint64_t call_index, const CallSignature& signature) override {
-    return calls_.record(rank, call_index, signature);
+  // Every rank's call i must be the same (call_signature.h). Thread-safe; calls with no tokens are
+  // not recorded (they are no-ops).
+  Status record_call(int rank, uint64_t call_index, const CallEntry& entry) override {
+    return calls_.record(rank, call_index, entry);
   }
 
  private:
@@ -110,8 +111,11 @@ Result<std::shared_ptr<LocalGroup>> join(const arfUniqueId& id, int rank, int wo
 // already waiting fail at once with `why` instead of waiting out the timeout. Never blocks.
 void abandon(const arfUniqueId& id, int rank, int world, const Status& why);
 
-// A fresh random id: 64 bytes from std::random_device mixed with the time, the pid and a
-// process-wide counter (so two calls in one process never collide even with a weak random_device).
-arfUniqueId new_unique_id();
+// A fresh random id: all 64 bytes from getrandom(2). The ipc transport names its rendezvous
+// socket after the first 16 (ipc_bootstrap.h), so those must be unpredictable: 128 random bits,
+// never a clock, a pid or a counter another local user could guess and take first. Two ids
+// collide with probability 2^-512 (the local transport keys on all 64 bytes). Internal when the
+// kernel's random source fails.
+Result<arfUniqueId> new_unique_id();
 
 }  // namespace arf::local

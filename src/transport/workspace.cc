@@ -10,8 +10,10 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "base/cuda_check.h"
+#include "common/protocol_index.h"
 #include "transport/lamport_fill.h"
 
 namespace arf {
@@ -104,16 +106,57 @@ uint64_t* Workspace::probe() const {
 
 namespace {
 
+// The counters of a workspace whose protocol state starts `before_wrap` calls short of 2^32: the
+// call index, every CTA's barrier epoch and the gate epoch, and every flag word (the last epoch
+// "passed", so that the first barrier waits for start + 1, written by the peers' first call).
+// Flags stay zero when before_wrap is 0 (the memset).
+struct CounterStart {
+  ControlBlock ctrl;
+  std::vector<uint64_t> flags;
+};
+
+// The initial control block: zero (before_wrap 0) or the counters near the wrap, and no call
+// released (release_from UINT64_MAX: 0 would release every call).
+CounterStart initial_counters(uint32_t before_wrap) {
+  CounterStart c{};
+  std::memset(&c.ctrl, 0, sizeof(c.ctrl));
+  c.ctrl.release_from = UINT64_MAX;
+  if (before_wrap == 0) return c;
+  const uint32_t epoch = static_cast<uint32_t>(0 - before_wrap);
+  c.ctrl.call_index = (uint64_t{1} << 32) - before_wrap;
+  c.ctrl.calls_entered = c.ctrl.call_index;
+  c.ctrl.gate_epoch = epoch;
+  for (uint32_t& e : c.ctrl.cta_epoch) e = epoch;
+  c.flags.assign(static_cast<size_t>(kFlagRows) * kMaxRanks,
+                 protocol::flag_word(epoch, static_cast<uint32_t>(c.ctrl.call_index - 1)));
+  return c;
+}
+
 // Zeroes the whole allocation (ControlBlock, flags and the data regions, whose content is never
 // read before written) and then writes the Lamport sentinel, on a private stream so that the
-// caller's streams and the legacy default stream are not serialized with init.
-Status initialise(const Workspace& ws) {
+// caller's streams and the legacy default stream are not serialized with init. Then the control
+// block's initial state (initial_counters: nothing released; with counters_before_wrap, the
+// counters near the wrap).
+Status initialise(const Workspace& ws, uint32_t counters_before_wrap) {
   cudaStream_t stream = nullptr;
   ARF_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Status status = cuda_status(cudaMemsetAsync(ws.base, 0, ws.layout.total_bytes, stream),
                               "cudaMemsetAsync(workspace)", __FILE__, __LINE__);
   if (status.is_ok()) {
     status = fill_negative_zero(ws.lamport(), ws.layout.lamport_elems(), ws.layout.dtype, stream);
+  }
+  const CounterStart start = initial_counters(counters_before_wrap);
+  if (status.is_ok()) {
+    // Pageable sources: the copies complete before these calls return, so `start` may go.
+    status = cuda_status(cudaMemcpyAsync(ws.ctrl(), &start.ctrl, sizeof(start.ctrl),
+                                         cudaMemcpyHostToDevice, stream),
+                         "cudaMemcpyAsync(control block)", __FILE__, __LINE__);
+    if (status.is_ok() && !start.flags.empty()) {
+      status = cuda_status(cudaMemcpyAsync(ws.flags(), start.flags.data(),
+                                           start.flags.size() * sizeof(uint64_t),
+                                           cudaMemcpyHostToDevice, stream),
+                           "cudaMemcpyAsync(flags)", __FILE__, __LINE__);
+    }
   }
   if (status.is_ok()) {
     status = cuda_status(cudaStreamSynchronize(stream), "cudaStreamSynchronize(init)", __FILE__,
@@ -190,14 +233,14 @@ Status allocate_memory(Workspace* ws) {
 }  // namespace
 
 Result<Workspace> allocate_workspace(const WorkspaceLayout& layout, int device,
-                                     WorkspaceMemory memory) {
+                                     WorkspaceMemory memory, uint32_t counters_before_wrap) {
   ARF_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   Workspace ws;
   ws.device = device;
   ws.layout = layout;
   ws.memory = memory;
   Status status = allocate_memory(&ws);
-  if (status.is_ok()) status = initialise(ws);
+  if (status.is_ok()) status = initialise(ws, counters_before_wrap);
   if (!status.is_ok()) {
     (void)free_workspace(&ws);  // the first error is the one worth reporting
     return status.with_context(__FILE__, __LINE__);

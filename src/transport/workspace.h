@@ -79,11 +79,16 @@ struct Workspace {
 };
 
 // Allocates and initialises the workspace on `device` (makes it current): ControlBlock and flags
-// zeroed, Lamport buffers filled with -0.0 (the "not yet written" sentinel), ErrorRecord zeroed.
-// Synchronizes before returning, so a peer that receives these pointers never sees uninitialised
-// memory. On failure nothing stays allocated. Not graph-capturable.
+// zeroed but for release_from (UINT64_MAX: no call released), Lamport buffers filled with -0.0
+// (the "not yet written" sentinel), ErrorRecord zeroed.
+// counters_before_wrap > 0 (ARF_DEBUG_COUNTERS_NEAR_WRAP, a debug setting every rank must share):
+// the call index starts at 2^32 - counters_before_wrap, and every CTA's barrier epoch, the gate
+// epoch and every flag word's epoch at the same value modulo 2^32, so that a short run crosses
+// their 32-bit wrap. Synchronizes before returning, so a peer that receives these pointers never
+// sees uninitialised memory. On failure nothing stays allocated. Not graph-capturable.
 Result<Workspace> allocate_workspace(const WorkspaceLayout& layout, int device,
-                                     WorkspaceMemory memory = WorkspaceMemory::kPrivate);
+                                     WorkspaceMemory memory = WorkspaceMemory::kPrivate,
+                                     uint32_t counters_before_wrap = 0);
 
 // Maps a peer's kShareable workspace into this process for `device`: `memory_fd` from the peer's
 // export (mapping.bytes long), `error_fd` its ErrorRecord memfd (mapped read-only). Both fds stay

@@ -58,8 +58,10 @@ TEST(Abi, EveryStructFieldOfTheHeaderIsAnswered) {
       EXPECT_TRUE(names.count(name + "." + std::string((*f)[1]))) << name << "." << (*f)[1];
     }
   }
-  EXPECT_EQ(structs, 5);  // arfUniqueId, arfCommConfig_t, arfFusedArgs_t, arfPlan_t, arfPlanFacts_t
-  EXPECT_GE(fields, 58);  // the regex must see them all (57 in API version 4, 58 in 5)
+  // arfUniqueId, arfCommConfig_t, arfFusedArgs_t, arfPlan_t, arfPlanFacts_t, arfQuantBuffer_t,
+  // arfQuantOutputs_t
+  EXPECT_EQ(structs, 7);
+  EXPECT_GE(fields, 68);  // the regex must see them all (58 in API version 5, 68 with the layout's)
 }
 
 TEST(Abi, EveryEnumConstantOfTheHeaderIsAnsweredWithItsValue) {
@@ -85,9 +87,15 @@ TEST(Abi, ValuesAreTheCompilersAndUnknownNamesAreRefused) {
             static_cast<int64_t>(offsetof(arfFusedArgs_t, norm_rounding)));
   EXPECT_EQ(query("arfFusedArgs_t.scale_rule"),
             static_cast<int64_t>(offsetof(arfFusedArgs_t, scale_rule)));
+  EXPECT_EQ(query("arfFusedArgs_t.post_gamma"),
+            static_cast<int64_t>(offsetof(arfFusedArgs_t, post_gamma)));
   EXPECT_EQ(query("arfFp8ScaleDivide"), 0);
   EXPECT_EQ(query("arfFp8ScaleTimesReciprocal"), 1);
-  EXPECT_EQ(query("ARF_API_VERSION"), 5);
+  EXPECT_EQ(query("ARF_API_VERSION"), 6);
+  EXPECT_EQ(query("arfCommConfig_t.max_ctas"),
+            static_cast<int64_t>(offsetof(arfCommConfig_t, max_ctas)));
+  EXPECT_EQ(query("arfPlanFacts_t.max_ctas"),
+            static_cast<int64_t>(offsetof(arfPlanFacts_t, max_ctas)));
   EXPECT_EQ(listed_names().count("arfFusedArgs_t.scale_rule"), 1u);
   EXPECT_EQ(query("arfCommConfig_t.verify_calls"),
             static_cast<int64_t>(offsetof(arfCommConfig_t, verify_calls)));

@@ -224,12 +224,27 @@ TEST(ConfigVersions, VersionTwoStructsStillWork) {
   arfCommConfig_t wrong = c;
   wrong.version = 2;  // full size claims version 3
   EXPECT_EQ(arf::validate_config(wrong).code(), arfInvalidArgument);
-  // Version 5 changed arfFusedArgs_t only: a version-4 caller's config (same layout) still works.
+  // Version 5 changed arfFusedArgs_t only: a version-4 or 5 caller's config (the same layout,
+  // ending before version 6's max_ctas) still works, and reads max_ctas as 0.
   arfCommConfig_t v4 = c;
+  v4.struct_size = arf::kCommConfigV5Bytes;
   v4.version = 4;
-  EXPECT_TRUE(arf::validate_config(v4).is_ok());
-  v4.version = 6;
+  v4.max_ctas = 99;  // beyond a version-5 struct: never read
+  EXPECT_TRUE(arf::validate_config(arf::upgrade_config(&v4)).is_ok());
+  EXPECT_EQ(arf::upgrade_config(&v4).max_ctas, 0);
+  v4.version = 5;
+  EXPECT_TRUE(arf::validate_config(arf::upgrade_config(&v4)).is_ok());
+  v4.version = 6;  // version 6 has max_ctas: its size is the full one
   EXPECT_EQ(arf::validate_config(v4).code(), arfInvalidArgument);
+  arfCommConfig_t full = c;
+  full.version = 5;  // full size claims version 6
+  EXPECT_EQ(arf::validate_config(full).code(), arfInvalidArgument);
+  full.version = 7;
+  EXPECT_EQ(arf::validate_config(full).code(), arfInvalidArgument);
+  full.version = 6;
+  full.max_ctas = -1;
+  EXPECT_NE(arf::validate_config(full).message().find("max_ctas -1 must be >= 0"),
+            std::string::npos);
   arfCommConfig_t bad = c;
   bad.programmatic_launch = 2;
   const arf::Status s = arf::validate_config(bad);

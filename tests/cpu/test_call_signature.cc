@@ -37,6 +37,18 @@ TEST(CallSignatureLog, DifferentTokenCountIsReportedWithBothRanks) {
   EXPECT_NE(s.message().find(std::to_string(17 * 4096)), std::string::npos) << s.message();
 }
 
+// A sandwich call (post_gamma) on one rank and a plain one on another: same shape, reported.
+TEST(CallSignatureLog, SandwichOnOneRankOnlyIsReported) {
+  CallSignatureLog log;
+  CallSignature sandwich = shape(16);
+  sandwich.post_norm = 1;
+  ASSERT_TRUE(log.record(0, 0, sandwich).is_ok());
+  ASSERT_TRUE(log.record(1, 0, sandwich).is_ok());
+  const Status s = log.record(2, 0, shape(16));
+  EXPECT_EQ(s.code(), arfInvalidArgument);
+  EXPECT_NE(s.message().find("sandwich"), std::string::npos) << s.message();
+}
+
 TEST(CallSignatureLog, SkippedCallShiftsTheSequenceAndIsReported) {
   CallSignatureLog log;
   // Rank 0 issues A, B; rank 1 skips A and issues B as its call 0.

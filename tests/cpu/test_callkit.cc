@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 
 #include "callkit/call_data.h"
 #include "callkit/call_spec.h"
@@ -25,6 +26,7 @@ CallTensors fake_tensors() {
   t.quant_out = &storage[6];
   t.scale_out = &storage[7];
   t.scale_in = reinterpret_cast<const float*>(&storage[8]);
+  t.post_gamma = &storage[9];
   return t;
 }
 
@@ -74,6 +76,7 @@ TEST(CallKitArgs, NormPatternAliasesAndOptions) {
   EXPECT_EQ(a.norm_rounding, arfNormRoundBeforeWeight);
   EXPECT_EQ(a.quant_out, nullptr);
   EXPECT_EQ(a.scale_in, nullptr);
+  EXPECT_EQ(a.post_gamma, nullptr);
 
   spec.alias = kResidualInPlace | kNormIntoInput;
   spec.no_residual = true;
@@ -170,6 +173,45 @@ TEST(CallKitData, DistinctPerRankAndCallReplicatedResidualAndGamma) {
   const CallData ar = make_call_data(spec, 3, arfBFloat16, 7);
   EXPECT_EQ(ar.inputs.size(), 3u);
   EXPECT_TRUE(ar.residual_in.empty());
+}
+
+// A sandwich spec passes post_gamma to the norm patterns (quantized ones too) and never to an
+// all-reduce; its data draws post_gamma apart from gamma, and the reference reads it.
+TEST(CallKitArgs, SandwichPassesPostGamma) {
+  const CallTensors t = fake_tensors();
+  CallSpec spec;
+  spec.post_norm = true;
+  EXPECT_EQ(fused_args(spec, arfBFloat16, t).post_gamma, t.post_gamma);
+  spec.pattern = arfPatternResidualRmsNormNvfp4;
+  EXPECT_EQ(fused_args(spec, arfBFloat16, t).post_gamma, t.post_gamma);
+  spec.pattern = arfPatternAllReduce;
+  EXPECT_EQ(fused_args(spec, arfBFloat16, t).post_gamma, nullptr);
+  spec.pattern = arfPatternResidualRmsNorm;
+  spec.flat = true;
+  EXPECT_EQ(fused_args(spec, arfBFloat16, t).post_gamma, nullptr);
+  EXPECT_EQ(spec.label().find("sandwich"), std::string::npos);
+  spec.flat = false;
+  EXPECT_NE(spec.label().find("sandwich"), std::string::npos);
+
+  spec.hidden = 64;
+  for (const bool fp32 : {false, true}) {
+    spec.gamma_fp32 = fp32;
+    const CallData d = make_call_data(spec, 2, arfBFloat16, 5);
+    const ref::FusedInputs in = reference_inputs(spec, arfBFloat16, d);
+    if (fp32) {
+      ASSERT_EQ(d.post_gamma32.size(), 64u);
+      EXPECT_NE(d.post_gamma32, d.gamma32);
+      EXPECT_EQ(in.post_gamma, static_cast<const void*>(d.post_gamma32.data()));
+    } else {
+      ASSERT_EQ(d.post_gamma16.size(), 64u);
+      EXPECT_NE(d.post_gamma16, d.gamma16);
+      EXPECT_EQ(in.post_gamma, static_cast<const void*>(d.post_gamma16.data()));
+    }
+  }
+  spec.post_norm = false;
+  const CallData plain = make_call_data(spec, 2, arfBFloat16, 5);
+  EXPECT_TRUE(plain.post_gamma16.empty() && plain.post_gamma32.empty());
+  EXPECT_EQ(reference_inputs(spec, arfBFloat16, plain).post_gamma, nullptr);
 }
 
 TEST(CallKitData, ReferenceInputsFollowTheSpec) {

@@ -39,13 +39,13 @@ TEST(E4m3TensorReciprocal, ExactOnEverySignificandPair) {
     int64_t my_pairs = 0, my_wrong = 0, my_uncorrected = 0;
     for (uint32_t c; (c = next.fetch_add(kChunk)) < kScaleSignificands;) {
       for (uint32_t m = c; m < c + kChunk; m += kScaleStride) {
-        const float scale = bits_to_float(0x3F800000u | m);
+        const float scale = bit_cast<float>(0x3F800000u | m);
         const E4m3TensorReciprocal r = e4m3_tensor_reciprocal(scale);
         for (uint32_t mx = 0; mx < kXSignificands; ++mx) {
-          const float x = bits_to_float(0x3F800000u | (mx << 13));
-          const uint32_t exact = float_to_bits(x / scale);
-          my_wrong += float_to_bits(e4m3_tensor_quotient(x, r)) != exact;
-          my_uncorrected += float_to_bits(x * r.recip) != exact;
+          const float x = bit_cast<float>(0x3F800000u | (mx << 13));
+          const uint32_t exact = bit_cast<uint32_t>(x / scale);
+          my_wrong += bit_cast<uint32_t>(e4m3_tensor_quotient(x, r)) != exact;
+          my_uncorrected += bit_cast<uint32_t>(x * r.recip) != exact;
         }
         my_pairs += kXSignificands;
       }
@@ -76,10 +76,10 @@ TEST(E4m3TensorReciprocal, CodesOfTheDivisionForEveryValueAndScale) {
   uint64_t state = 2026;
   for (int e = -149; e < 128; ++e) {
     const uint32_t m = static_cast<uint32_t>(splitmix64(&state)) & 0x7FFFFFu;
-    const float s = std::ldexp(bits_to_float(0x3F800000u | m), e);
+    const float s = std::ldexp(bit_cast<float>(0x3F800000u | m), e);
     scales.push_back(e % 7 == 0 ? -s : s);
   }
-  for (int i = 0; i < 64; ++i) scales.push_back(bits_to_float(static_cast<uint32_t>(splitmix64(&state))));
+  for (int i = 0; i < 64; ++i) scales.push_back(bit_cast<float>(static_cast<uint32_t>(splitmix64(&state))));
   int64_t code_mismatches = 0, quotient_mismatches = 0, exact_region = 0, checked = 0;
   for (const float s : scales) {
     const E4m3TensorReciprocal r = e4m3_tensor_reciprocal(s);
@@ -94,7 +94,7 @@ TEST(E4m3TensorReciprocal, CodesOfTheDivisionForEveryValueAndScale) {
       const float aq = std::fabs(exact);
       if (aq >= 0x1p-11f && aq < 1024.0f) {
         ++exact_region;
-        quotient_mismatches += float_to_bits(q) != float_to_bits(exact);
+        quotient_mismatches += bit_cast<uint32_t>(q) != bit_cast<uint32_t>(exact);
       }
     }
   }
@@ -117,12 +117,12 @@ TEST(E4m3TensorReciprocal, SpecialScalesAndValues) {
   EXPECT_EQ(e4m3_tensor_quotient(2.0f, zero), kInf);     // x / 0
   EXPECT_EQ(e4m3_tensor_quotient(-2.0f, zero), -kInf);
   EXPECT_TRUE(std::isnan(e4m3_tensor_quotient(0.0f, zero)));  // 0 / 0
-  EXPECT_EQ(float_to_bits(e4m3_tensor_quotient(-2.0f, inf)), float_to_bits(-0.0f));  // x / inf
+  EXPECT_EQ(bit_cast<uint32_t>(e4m3_tensor_quotient(-2.0f, inf)), bit_cast<uint32_t>(-0.0f));  // x / inf
   EXPECT_TRUE(std::isnan(e4m3_tensor_quotient(kInf, inf)));  // inf / inf
-  EXPECT_EQ(float_to_bits(e4m3_tensor_quotient(-0.0f, e4m3_tensor_reciprocal(1.0f))),
-            float_to_bits(-0.0f));
-  EXPECT_EQ(float_to_bits(e4m3_tensor_quotient(3.0f, e4m3_tensor_reciprocal(-0.0f))),
-            float_to_bits(-kInf));
+  EXPECT_EQ(bit_cast<uint32_t>(e4m3_tensor_quotient(-0.0f, e4m3_tensor_reciprocal(1.0f))),
+            bit_cast<uint32_t>(-0.0f));
+  EXPECT_EQ(bit_cast<uint32_t>(e4m3_tensor_quotient(3.0f, e4m3_tensor_reciprocal(-0.0f))),
+            bit_cast<uint32_t>(-kInf));
 }
 
 }  // namespace

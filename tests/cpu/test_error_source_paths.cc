@@ -22,7 +22,7 @@ TEST(ErrorSourcePaths, AreRelativeToTheRepository) {
   arfFusedArgsInit(&args);
   args.num_tokens = 4;
   args.hidden = 4100;  // not a multiple of 8: refused by check_shape, through ARF_RETURN_IF_ERROR
-  const Status s = validate_shape(args, facts);
+  const Status s = validate_shape(upgrade_fused_args(&args), facts);
   ASSERT_EQ(s.code(), arfInvalidArgument) << s.message();
   const std::string message = s.message();
   const std::string source_dir = ARF_TEST_SOURCE_DIR;

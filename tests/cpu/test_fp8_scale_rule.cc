@@ -19,9 +19,6 @@
 namespace arf::quant {
 namespace {
 
-// the bits of a float: quant_formats.h's float_to_bits
-uint32_t bits(float f) { return float_to_bits(f); }
-
 // Run-time operands (volatile), so the compiler folds nothing: the arithmetic is the machine's
 // fp32 IEEE operations (FLT_EVAL_METHOD 0 on the CPU builds: cpu_reference.cc checks).
 volatile float g_one = 1.0f, g_e4m3_max = 448.0f, g_floor_divisor = 448.0f * 512.0f;
@@ -58,9 +55,9 @@ std::vector<float> every_16_bit_value(bool fp16) {
 }
 
 TEST(Fp8ScaleRule, TheReciprocalIsTheFp32RoundingOfOneOver448) {
-  EXPECT_EQ(bits(kE4m3MaxReciprocal), 0x3B124925u);
-  EXPECT_EQ(bits(kE4m3MaxReciprocal), bits(g_one / g_e4m3_max));
-  EXPECT_EQ(bits(kE4m3MaxReciprocal), bits(static_cast<float>(1.0 / 448.0)));
+  EXPECT_EQ(bit_cast<uint32_t>(kE4m3MaxReciprocal), 0x3B124925u);
+  EXPECT_EQ(bit_cast<uint32_t>(kE4m3MaxReciprocal), bit_cast<uint32_t>(g_one / g_e4m3_max));
+  EXPECT_EQ(bit_cast<uint32_t>(kE4m3MaxReciprocal), bit_cast<uint32_t>(static_cast<float>(1.0 / 448.0)));
   EXPECT_EQ(static_cast<int>(Fp8ScaleRule::kDivide), 0);
   EXPECT_EQ(static_cast<int>(Fp8ScaleRule::kTimesReciprocal), 1);
 }
@@ -76,7 +73,7 @@ TEST(Fp8ScaleRule, EachRuleIsItsFormulaThenTheFloor) {
   uint64_t state = 0x5eed;
   for (int i = 0; i < (1 << 22); ++i) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
-    inputs.push_back(bits_to_float(static_cast<uint32_t>(state >> 32)));
+    inputs.push_back(bit_cast<float>(static_cast<uint32_t>(state >> 32)));
   }
   for (const float edge : {0.0f, -0.0f, 0x1p-10f, std::nextafter(0x1p-10f, 0.0f), 0x1p-9f,
                            std::nextafter(0x1p-9f, 1.0f), 448.0f, 0x1p-149f,
@@ -89,9 +86,9 @@ TEST(Fp8ScaleRule, EachRuleIsItsFormulaThenTheFloor) {
     int64_t mismatches = 0, ue8m0_mismatches = 0;
     for (const float amax : inputs) {
       const float want = rule_formula(rule, amax);
-      if (bits(fp8_dynamic_scale(amax, rule)) != bits(want) && ++mismatches <= 5) {
+      if (bit_cast<uint32_t>(fp8_dynamic_scale(amax, rule)) != bit_cast<uint32_t>(want) && ++mismatches <= 5) {
         ADD_FAILURE() << "rule " << static_cast<int>(rule) << " amax " << amax << " (0x" << std::hex
-                      << bits(amax) << "): " << fp8_dynamic_scale(amax, rule) << ", want " << want;
+                      << bit_cast<uint32_t>(amax) << "): " << fp8_dynamic_scale(amax, rule) << ", want " << want;
       }
       ue8m0_mismatches += fp8_dynamic_scale_ue8m0(amax, rule) != encode_ue8m0_ceil(want);
     }
@@ -100,16 +97,16 @@ TEST(Fp8ScaleRule, EachRuleIsItsFormulaThenTheFloor) {
   }
   // The special values under both rules: zero and NaN give the floor, +inf stays +inf.
   for (const Fp8ScaleRule rule : {Fp8ScaleRule::kDivide, Fp8ScaleRule::kTimesReciprocal}) {
-    EXPECT_EQ(bits(fp8_dynamic_scale(0.0f, rule)), bits(kMinFp8Scale));
-    EXPECT_EQ(bits(fp8_dynamic_scale(std::numeric_limits<float>::quiet_NaN(), rule)),
-              bits(kMinFp8Scale));
+    EXPECT_EQ(bit_cast<uint32_t>(fp8_dynamic_scale(0.0f, rule)), bit_cast<uint32_t>(kMinFp8Scale));
+    EXPECT_EQ(bit_cast<uint32_t>(fp8_dynamic_scale(std::numeric_limits<float>::quiet_NaN(), rule)),
+              bit_cast<uint32_t>(kMinFp8Scale));
     EXPECT_EQ(fp8_dynamic_scale(std::numeric_limits<float>::infinity(), rule),
               std::numeric_limits<float>::infinity());
     EXPECT_EQ(fp8_dynamic_scale_ue8m0(std::numeric_limits<float>::infinity(), rule), 0xFE);
-    EXPECT_EQ(bits(fp8_dynamic_scale(0x1p-149f, rule)), bits(kMinFp8Scale));  // subnormal amax
+    EXPECT_EQ(bit_cast<uint32_t>(fp8_dynamic_scale(0x1p-149f, rule)), bit_cast<uint32_t>(kMinFp8Scale));  // subnormal amax
     EXPECT_EQ(fp8_dynamic_scale_ue8m0(0.0f, rule), 110);
   }
-  EXPECT_EQ(bits(floor_of_scales()), bits(kMinFp8Scale));
+  EXPECT_EQ(bit_cast<uint32_t>(floor_of_scales()), bit_cast<uint32_t>(kMinFp8Scale));
 }
 
 // How often the rules part, over the positive finite values of each dtype: the unfloored
@@ -129,12 +126,12 @@ TEST(Fp8ScaleRule, TheRulesDifferByOneUlpWhereTheQuotientsDo) {
       if (!std::isfinite(a)) continue;
       ++c.positive_finite;
       c.normal += std::isnormal(a);
-      c.quotients_differ += bits(a / g_e4m3_max) != bits(a * (g_one / g_e4m3_max));
+      c.quotients_differ += bit_cast<uint32_t>(a / g_e4m3_max) != bit_cast<uint32_t>(a * (g_one / g_e4m3_max));
       const float divide = fp8_dynamic_scale(a, Fp8ScaleRule::kDivide);
       const float times = fp8_dynamic_scale(a, Fp8ScaleRule::kTimesReciprocal);
-      if (bits(divide) != bits(times)) {
+      if (bit_cast<uint32_t>(divide) != bit_cast<uint32_t>(times)) {
         ++c.scales_differ;
-        EXPECT_EQ(bits(std::nextafter(divide, times)), bits(times)) << a;  // one ulp apart
+        EXPECT_EQ(bit_cast<uint32_t>(std::nextafter(divide, times)), bit_cast<uint32_t>(times)) << a;  // one ulp apart
         EXPECT_GE(a, 0x1p-9f) << "a floored scale differs";
       }
       c.ue8m0_differ += fp8_dynamic_scale_ue8m0(a, Fp8ScaleRule::kDivide) !=
@@ -219,7 +216,7 @@ TEST(Fp8ScaleRuleReference, QuantizesWithTheSpecsRule) {
               ASSERT_EQ(r.scale_codes[s], quant::encode_ue8m0_ceil(scale));
               scale = quant::decode_ue8m0(r.scale_codes[s]);
             }
-            ASSERT_EQ(quant::bits(r.scales[s]), quant::bits(scale)) << "token " << t << " block " << b;
+            ASSERT_EQ(bit_cast<uint32_t>(r.scales[s]), bit_cast<uint32_t>(scale)) << "token " << t << " block " << b;
             for (int64_t i = 0; i < block; ++i) {
               const int64_t e = t * kHidden + b * block + i;
               const float x = to_float(rows[e], DType::kBf16);
@@ -230,7 +227,7 @@ TEST(Fp8ScaleRuleReference, QuantizesWithTheSpecsRule) {
       }
       int64_t scales_differ = 0;
       for (size_t s = 0; s < by_rule[0].scales.size(); ++s) {
-        scales_differ += quant::bits(by_rule[0].scales[s]) != quant::bits(by_rule[1].scales[s]);
+        scales_differ += bit_cast<uint32_t>(by_rule[0].scales[s]) != bit_cast<uint32_t>(by_rule[1].scales[s]);
       }
       if (ue8m0) {
         EXPECT_EQ(scales_differ, 0);  // no 16-bit amax gives the rules different codes

@@ -1,7 +1,8 @@
 // The kernel set (src/launch/kernel_set.def) against the planner: every kernel any plan launches
 // is declared (a pruned kernel a plan still reaches would fail at launch on a GPU), every declared
-// kernel is launched by some plan (nothing is built that no plan can choose), and the count CMake
-// read from the list (the kernel_budget ctest's) equals the C++ table's.
+// kernel is launched by some plan (nothing is built that no plan can choose), the count the build
+// took at configure time (write_kernel_units.cc; the kernel_budget ctest's) equals the table this
+// test is compiled with, and the launcher's table numbers the declared kernels one to one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -74,8 +75,46 @@ TEST(KernelSet, CountsAgree) {
   EXPECT_EQ(static_cast<int>(keys.size()), declared_kernel_count()) << "two rows declare one kernel";
 #if defined(ARF_DECLARED_KERNELS)
   EXPECT_EQ(declared_kernel_count(), ARF_DECLARED_KERNELS)
-      << "cmake/kernels.cmake and kernel_set.h read kernel_set.def differently";
+      << "the build's kernel count (written by write_kernel_units.cc when CMake configured) is not "
+         "kernel_set.h's: configure again";
 #endif
+}
+
+// The launcher's kernel table (launch.cu) keeps each built kernel at kernel_index: the declared
+// kernels numbered 0, 1, ... in row order and, within a row, in the order kernel_row.cuh builds
+// them (world, pattern, vector count); every key no row declares gets -1.
+TEST(KernelSet, KernelIndexNumbersTheDeclaredKernels) {
+  int next = 0;
+  for (const KernelRow& row : kKernelRows) {
+    std::vector<int> worlds;
+    for (int w : row.worlds) {
+      if (w != 0) worlds.push_back(w);
+    }
+    if (row.kernel == KernelKind::kLocalEpilogue) worlds = {0};
+    for (int w : worlds) {
+      for (Pattern p : patterns_in(row.patterns)) {
+        for (int v : kVecCounts) {
+          const KernelKey key{row.dtype, row.kernel, w, row.patterns, p, v};
+          EXPECT_EQ(kernel_index(key), next) << text_of(key);
+          ++next;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(next, declared_kernel_count());
+  const KernelKey undeclared[] = {
+      {DType::kBf16, KernelKind::kOneshotPull, 1, PatternSet::kPlain, Pattern::kAllReduce, 1},       // world 1: lamport's
+      {DType::kBf16, KernelKind::kTwoshot, 3, PatternSet::kPlain, Pattern::kAllReduce, 1},           // no world 3
+      {DType::kFp16, KernelKind::kLocalEpilogue, 0, PatternSet::kNorm, Pattern::kAllReduce, 1},      // no epilogue
+      {DType::kBf16, KernelKind::kOneshotLamport, 2, PatternSet::kPlain, Pattern::kNvfp4, 1},        // wrong set
+      {DType::kBf16, KernelKind::kOneshotLamport, 2, PatternSet::kPlain, Pattern::kAllReduce, 3},    // no 3 vectors
+      {DType::kFp32, KernelKind::kOneshotLamport, 2, PatternSet::kPlain, Pattern::kAllReduce, 1},    // no fp32 row
+      {DType::kBf16, KernelKind::kLocalEpilogue, 2, PatternSet::kQuant, Pattern::kNvfp4, 1},         // epilogue: world 0
+  };
+  for (const KernelKey& key : undeclared) {
+    EXPECT_FALSE(declared(key)) << text_of(key);
+    EXPECT_EQ(kernel_index(key), -1) << text_of(key);
+  }
 }
 
 // Forced algorithms and levels over every world, sharing, dtype, pattern and vector count: the

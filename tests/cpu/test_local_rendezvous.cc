@@ -4,8 +4,11 @@
 // successful path enables peer access and needs a GPU (tests/gpu).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <future>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +31,12 @@ RankInfo info(int64_t max_tokens = 1024) {
   return i;
 }
 
+arfUniqueId fresh_id() {
+  Result<arfUniqueId> id = new_unique_id();
+  EXPECT_TRUE(id.is_ok()) << id.status().message();
+  return id.is_ok() ? id.value() : arfUniqueId{};
+}
+
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -38,7 +47,7 @@ std::future<Status> join_async(const arfUniqueId& id, int rank, int world, doubl
 }
 
 TEST(Rendezvous, TimeoutNamesMissingRanksAndLateArrivalsFailFast) {
-  const arfUniqueId id = new_unique_id();
+  const arfUniqueId id = fresh_id();
   auto r2 = join_async(id, 2, 4, 30.0);
   auto r0 = join_async(id, 0, 4, 1.0);  // long enough for rank 2 to arrive first
   const Status s0 = r0.get();
@@ -56,7 +65,7 @@ TEST(Rendezvous, TimeoutNamesMissingRanksAndLateArrivalsFailFast) {
 }
 
 TEST(Rendezvous, DuplicateRankIsRejectedAndDoesNotDisturbTheGroup) {
-  const arfUniqueId id = new_unique_id();
+  const arfUniqueId id = fresh_id();
   auto first = join_async(id, 0, 2, 30.0);
   // A duplicate is only a duplicate once the first has arrived (no introspection API: give the
   // thread ample time; had it not arrived, the call below would wait and time out instead).
@@ -72,7 +81,7 @@ TEST(Rendezvous, DuplicateRankIsRejectedAndDoesNotDisturbTheGroup) {
 }
 
 TEST(Rendezvous, WorldSizeMismatch) {
-  const arfUniqueId id = new_unique_id();
+  const arfUniqueId id = fresh_id();
   // abandon() registers the id with world 4 without blocking; then a world-2 caller is refused.
   abandon(id, 3, 4, Status(arfInternal, "test"));
   const Status s = join(id, 1, 2, info(), 1.0).status();
@@ -83,7 +92,7 @@ TEST(Rendezvous, WorldSizeMismatch) {
 }
 
 TEST(Rendezvous, AbandonReleasesWaitersAtOnce) {
-  const arfUniqueId id = new_unique_id();
+  const arfUniqueId id = fresh_id();
   const auto start = Clock::now();
   auto r0 = join_async(id, 0, 4, 30.0);
   auto r1 = join_async(id, 1, 4, 30.0);
@@ -100,7 +109,7 @@ TEST(Rendezvous, AbandonReleasesWaitersAtOnce) {
 }
 
 TEST(Rendezvous, CapacityDisagreementFailsEveryRank) {
-  const arfUniqueId id = new_unique_id();
+  const arfUniqueId id = fresh_id();
   auto r0 = join_async(id, 0, 2, 30.0, info(1024));
   auto r1 = join_async(id, 1, 2, 30.0, info(512));
   for (auto* f : {&r0, &r1}) {
@@ -111,8 +120,29 @@ TEST(Rendezvous, CapacityDisagreementFailsEveryRank) {
   }
 }
 
+// ARF_DEBUG_COUNTERS_NEAR_WRAP must be the same on every rank: a rank whose counters start
+// elsewhere would wait for epochs no peer ever writes. Every rank fails, naming the two values.
+TEST(Rendezvous, CountersNearWrapDisagreementFailsEveryRank) {
+  const arfUniqueId id = fresh_id();
+  RankInfo near_wrap = info();
+  near_wrap.counters_near_wrap = 50;
+  auto r0 = join_async(id, 0, 2, 30.0, info());
+  auto r1 = join_async(id, 1, 2, 30.0, near_wrap);
+  for (auto* f : {&r0, &r1}) {
+    const Status s = f->get();
+    EXPECT_EQ(s.code(), arfInvalidArgument);
+    EXPECT_NE(s.message().find("ARF_DEBUG_COUNTERS_NEAR_WRAP: rank 0 has 0, rank 1 has 50"),
+              std::string::npos)
+        << s.message();
+  }
+  // verify_calls may differ (the communicator runs the check on every rank when any asks).
+  std::vector<RankInfo> infos(2, info());
+  infos[1].verify_calls = true;
+  EXPECT_TRUE(check_same_settings(infos).is_ok());
+}
+
 TEST(Rendezvous, BadRankRejected) {
-  const arfUniqueId id = new_unique_id();
+  const arfUniqueId id = fresh_id();
   const Status s = join(id, 5, 4, info(), 1.0).status();
   EXPECT_EQ(s.code(), arfInvalidArgument);
   EXPECT_NE(s.message().find("rank 5 of world 4"), std::string::npos);
@@ -154,9 +184,40 @@ TEST(EnqueueOrder, AFailedMateEndsTheWaitAtOnceWithItsReason) {
 }
 
 TEST(UniqueId, DistinctAcrossCalls) {
-  const arfUniqueId a = new_unique_id();
-  const arfUniqueId b = new_unique_id();
+  const arfUniqueId a = fresh_id();
+  const arfUniqueId b = fresh_id();
   EXPECT_NE(std::string(a.internal, 64), std::string(b.internal, 64));
+}
+
+// The ipc transport names its rendezvous socket after bytes 0-15 of the id, so those bytes must
+// be random, not just distinct: over 256 fresh ids every one of their 128 bits must be set in
+// 25%-75% of the ids (a fair random bit leaves that range with probability ~1e-15), and no two
+// ids may share them. A layout that put a clock, a pid or a counter there fails: a pid's bits
+// and a clock's or counter's high bits never change between calls.
+TEST(UniqueId, TheBytesThatKeyTheSocketAreRandom) {
+  constexpr int kIds = 256;
+  std::array<int, 128> ones{};
+  std::set<std::string> keys;
+  for (int i = 0; i < kIds; ++i) {
+    const arfUniqueId id = fresh_id();
+    keys.insert(std::string(id.internal, 16));
+    for (int bit = 0; bit < 128; ++bit) {
+      ones[bit] += (static_cast<uint8_t>(id.internal[bit / 8]) >> (bit % 8)) & 1;
+    }
+  }
+  EXPECT_EQ(keys.size(), static_cast<size_t>(kIds));
+  for (int bit = 0; bit < 128; ++bit) {
+    EXPECT_GE(ones[bit], kIds / 4) << "bit " << bit << " of the socket key is nearly always 0";
+    EXPECT_LE(ones[bit], 3 * kIds / 4) << "bit " << bit << " of the socket key is nearly always 1";
+  }
+  // The text form (arfUniqueIdToString) is those 16 bytes.
+  arfUniqueId id;
+  ASSERT_EQ(arfGetUniqueId(&id), arfSuccess);
+  char text[ARF_UNIQUE_ID_STRING_BYTES];
+  ASSERT_EQ(arfUniqueIdToString(&id, text), arfSuccess);
+  arfUniqueId parsed;
+  ASSERT_EQ(arfUniqueIdFromString(text, &parsed), arfSuccess);
+  EXPECT_EQ(std::string(parsed.internal, 16), std::string(id.internal, 16));
 }
 
 

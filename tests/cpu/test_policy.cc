@@ -113,7 +113,7 @@ TEST(Auto, WorldOneIsEpilogueOnly) {
 TEST(Auto, ReasonNamesSizeAndLimit) {
   const Plan p = plan_ok(fused(1, 8192), facts_for(8));
   EXPECT_EQ(p.algorithm, Algorithm::kOneshotLamport);
-  EXPECT_EQ(p.reason, "auto: 16 KiB/rank <= 512 KiB oneshot limit at world 8");
+  EXPECT_EQ(p.reason, "auto: 16 KiB/rank <= 512 KiB at world 8 -> oneshot_lamport");
 }
 
 struct Boundary {
@@ -128,7 +128,8 @@ void PrintTo(const Boundary& b, std::ostream* os) {
 
 class AutoBoundary : public ::testing::TestWithParam<Boundary> {};
 
-// Above the limit: two-shot, except at world 2 where it reads as much as oneshot_pull (policy.cc).
+// Above the limit: two-shot, except at world 2 where it reads as much as oneshot_pull (the default
+// tuning table).
 TEST_P(AutoBoundary, OneshotUpToLimitTwoshotAbove) {
   const auto [world, tokens] = GetParam();
   const Algorithm above_limit = world == 2 ? Algorithm::kOneshotPull : Algorithm::kTwoshot;
@@ -152,7 +153,7 @@ TEST_P(AutoBoundary, OneshotUpToLimitTwoshotAbove) {
 }
 
 // Ranks sharing a GPU where only some do (unmeasured): two-shot at every size it can run, with the
-// reason (policy.cc, choose_shared_device).
+// reason (policy.cc, choose_auto).
 TEST(Auto, PartlySharedDeviceTakesTwoshot) {
   for (const auto [world, tokens] : {Boundary{4, 16}, Boundary{8, 32}}) {
     const StaticFacts f = facts_for(world, 2);
@@ -170,8 +171,9 @@ INSTANTIATE_TEST_SUITE_P(Hopper, AutoBoundary,
                          ::testing::Values(Boundary{2, 512}, Boundary{4, 16}, Boundary{8, 32}),
                          [](const auto& info) { return "ws" + std::to_string(info.param.world); });
 
-// Every rank on one GPU: the measured rule (policy.cc, choose_shared_device), at each side of its
-// limits, fused (hidden 8192: one token is 16 KiB) and as a flat all-reduce of the same bytes.
+// Every rank on one GPU: the measured rule (the default tuning table's "shared" entries), at each
+// side of its limits, fused (hidden 8192: one token is 16 KiB) and as a flat all-reduce of the same
+// bytes.
 struct SharedCase {
   int world;
   Pattern pattern;
@@ -209,7 +211,9 @@ TEST_P(AllOnOneDevice, MeasuredRule) {
     for (int64_t t : {c.last_above_tokens + 1, int64_t{2048}}) {
       const Plan p = plan_at(t);
       EXPECT_EQ(p.algorithm, c.beyond) << t << " tokens: " << p.reason;
-      EXPECT_NE(p.reason.find(" and > "), std::string::npos) << p.reason;
+      EXPECT_NE(p.reason.find("/rank > " + std::to_string(c.last_above_tokens / 64) + " MiB at world"),
+                std::string::npos)
+          << p.reason;
     }
   }
 }

@@ -86,8 +86,8 @@ TEST(E4m3, SaturatesFiniteOverflowAndInfinity) {
 TEST(E4m3, NanBecomes0x7FWhateverItsSign) {
   EXPECT_EQ(encode_e4m3(kNan), 0x7F);
   EXPECT_EQ(encode_e4m3(-kNan), 0x7F);
-  EXPECT_EQ(encode_e4m3(bits_to_float(0x7F800001u)), 0x7F);  // signalling
-  EXPECT_EQ(encode_e4m3(bits_to_float(0xFFFFFFFFu)), 0x7F);
+  EXPECT_EQ(encode_e4m3(bit_cast<float>(0x7F800001u)), 0x7F);  // signalling
+  EXPECT_EQ(encode_e4m3(bit_cast<float>(0xFFFFFFFFu)), 0x7F);
   EXPECT_TRUE(std::isnan(decode_e4m3(0x7F)));
   EXPECT_TRUE(std::isnan(decode_e4m3(0xFF)));
 }
@@ -148,7 +148,7 @@ TEST(E4m3, MatchesCudaSatfiniteConversion) {
   int64_t mismatches = 0;
   uint32_t first = 0;
   for_each_probe([&](uint32_t u) {
-    const float x = bits_to_float(u);
+    const float x = bit_cast<float>(u);
     if (encode_e4m3(x) != __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)) {
       if (mismatches++ == 0) first = u;
     }
@@ -202,7 +202,7 @@ TEST(E2m1, MatchesCudaConversion) {
   int64_t mismatches = 0;
   uint32_t first = 0;
   for_each_probe([&](uint32_t u) {
-    const float x = bits_to_float(u);
+    const float x = bit_cast<float>(u);
     if (encode_e2m1(x) != __nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest)) {
       if (mismatches++ == 0) first = u;
     }
@@ -247,7 +247,7 @@ TEST(Ue8m0, MatchesCudaRoundUpConversion) {
   int64_t mismatches = 0;
   uint32_t first = 0;
   for_each_probe([&](uint32_t u) {
-    const float x = bits_to_float(u);
+    const float x = bit_cast<float>(u);
     if (encode_ue8m0_ceil(x) != __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf)) {
       if (mismatches++ == 0) first = u;
     }
@@ -268,7 +268,7 @@ TEST(Ue8m0, DividingByTheScaleEqualsMultiplyingByItsReciprocal) {
         const uint8_t code = static_cast<uint8_t>(e);
         const float q_div = div_rn(x, decode_ue8m0(code));
         const float q_mul = mul_rn(x, ue8m0_reciprocal(code));
-        if (float_to_bits(q_div) != float_to_bits(q_mul)) ++mismatches;
+        if (bit_cast<uint32_t>(q_div) != bit_cast<uint32_t>(q_mul)) ++mismatches;
       }
     }
   }
@@ -276,7 +276,7 @@ TEST(Ue8m0, DividingByTheScaleEqualsMultiplyingByItsReciprocal) {
 }
 
 TEST(ScaleRules, MinFp8ScaleIsTwoToMinusNineOver448) {
-  EXPECT_EQ(float_to_bits(kMinFp8Scale), 0x36924925u);
+  EXPECT_EQ(bit_cast<uint32_t>(kMinFp8Scale), 0x36924925u);
   volatile float smallest_subnormal = 0x1p-9f;  // computed at run time, not folded
   EXPECT_EQ(kMinFp8Scale, smallest_subnormal / 448.0f);
 }
@@ -328,7 +328,7 @@ std::vector<float> every_61st_dynamic_scale(const std::vector<float>& xs) {
     const float amax = std::fabs(xs[i]);
     scales.push_back(divide_scale(amax));
     const float times = fp8_dynamic_scale(amax, Fp8ScaleRule::kTimesReciprocal);
-    if (float_to_bits(times) != float_to_bits(scales.back())) scales.push_back(times);
+    if (bit_cast<uint32_t>(times) != bit_cast<uint32_t>(scales.back())) scales.push_back(times);
   }
   return scales;
 }
@@ -342,12 +342,12 @@ TEST(ScaleRules, Fp8DynamicScaleEqualsTheFlooredQuotient) {
   };
   int64_t mismatches = 0;
   const auto check = [&](float amax) {
-    if (float_to_bits(divide_scale(amax)) != float_to_bits(plain(amax)) && ++mismatches < 5) {
-      ADD_FAILURE() << "amax " << amax << " (bits 0x" << std::hex << float_to_bits(amax) << ")";
+    if (bit_cast<uint32_t>(divide_scale(amax)) != bit_cast<uint32_t>(plain(amax)) && ++mismatches < 5) {
+      ADD_FAILURE() << "amax " << amax << " (bits 0x" << std::hex << bit_cast<uint32_t>(amax) << ")";
     }
   };
   for (const float amax : every_16_bit_value()) check(amax);
-  for_each_probe([&](uint32_t u) { check(bits_to_float(u)); });
+  for_each_probe([&](uint32_t u) { check(bit_cast<float>(u)); });
   for (const float amax :
        {0.0f, -0.0f, 0x1p-10f, down(0x1p-10f), up(0x1p-10f), 0x1p-9f, up(0x1p-9f), kInf, kNan}) {
     check(amax);
@@ -395,8 +395,8 @@ TEST_P(E4m3ReciprocalByRule, GivesTheCodesOfTheDivision) {
       const float s = fp8_dynamic_scale(a, rule);
       const Fp8ScaleRule other =
           rule == Fp8ScaleRule::kDivide ? Fp8ScaleRule::kTimesReciprocal : Fp8ScaleRule::kDivide;
-      scales_of_other_rule += float_to_bits(fp8_dynamic_scale(a, other)) != float_to_bits(s);
-      if (!scale_amax.empty() && float_to_bits(scale_amax.back().first) == float_to_bits(s)) {
+      scales_of_other_rule += bit_cast<uint32_t>(fp8_dynamic_scale(a, other)) != bit_cast<uint32_t>(s);
+      if (!scale_amax.empty() && bit_cast<uint32_t>(scale_amax.back().first) == bit_cast<uint32_t>(s)) {
         scale_amax.back().second = a;
       } else {
         scale_amax.push_back({s, a});
@@ -414,7 +414,7 @@ TEST_P(E4m3ReciprocalByRule, GivesTheCodesOfTheDivision) {
           ++my_n;
           const float q = e4m3_dynamic_quotient(x, r);
           const float exact = div_rn(x, s);
-          if (float_to_bits(q) != float_to_bits(exact)) {
+          if (bit_cast<uint32_t>(q) != bit_cast<uint32_t>(exact)) {
             ++my_q;
             my_code += encode_e4m3(q) != encode_e4m3(exact);
           }
@@ -455,7 +455,7 @@ TEST(ScaleRules, E4m3ReciprocalOfAnInfiniteScale) {
   EXPECT_EQ(encode_e4m3(e4m3_dynamic_quotient(-3.0f, inf)), 0x80);
   EXPECT_EQ(encode_e4m3(e4m3_dynamic_quotient(3.0f, inf)), 0x00);
   EXPECT_EQ(encode_e4m3(e4m3_dynamic_quotient(kInf, inf)), kE4m3Nan);
-  EXPECT_EQ(float_to_bits(e4m3_dynamic_quotient(-0.0f, e4m3_reciprocal(1.0f))), 0x80000000u);
+  EXPECT_EQ(bit_cast<uint32_t>(e4m3_dynamic_quotient(-0.0f, e4m3_reciprocal(1.0f))), 0x80000000u);
 }
 
 TEST(ScaleRules, Nvfp4BlockScaleEqualsThePlainRule) {
@@ -471,7 +471,7 @@ TEST(ScaleRules, Nvfp4BlockScaleEqualsThePlainRule) {
     for (const float x : every_16_bit_value()) {
       const float amax = std::fabs(x);
       const Nvfp4BlockScale a = nvfp4_block_scale(amax, gs), b = plain(amax, gs);
-      if ((a.sf != b.sf || float_to_bits(a.mult) != float_to_bits(b.mult)) && ++mismatches < 5) {
+      if ((a.sf != b.sf || bit_cast<uint32_t>(a.mult) != bit_cast<uint32_t>(b.mult)) && ++mismatches < 5) {
         ADD_FAILURE() << "amax " << amax << " gs " << gs;
       }
     }

@@ -58,7 +58,7 @@ class QuantValidate : public ::testing::Test {
     };
   }
 
-  Status run() const { return validate(args_, facts_, /*device=*/0, check_); }
+  Status run() const { return validate(upgrade_fused_args(&args_), facts_, /*device=*/0, check_); }
 
   void expect_ok() const {
     const Status s = run();
@@ -409,7 +409,8 @@ TEST_F(QuantValidate, VersionTwoAndThreeCallers) {
   args_.version = 3;
   args_.norm_rounding = arfNormRoundBeforeWeight;
   std::memcpy(v2.data(), &args_, kFusedArgsV2Bytes);
-  const arfFusedArgs_t up = upgrade_fused_args(reinterpret_cast<const arfFusedArgs_t*>(v2.data()));
+  const arfFusedArgs_t up =
+      upgrade_fused_args(reinterpret_cast<const arfFusedArgs_t*>(v2.data())).get();
   EXPECT_EQ(up.norm_rounding, arfNormRoundOnce);
   EXPECT_EQ(up.fallback, args_.fallback);
 }
@@ -438,6 +439,9 @@ TEST_F(QuantValidate, VersionFourCallers) {
   args_.struct_size = sizeof(arfFusedArgs_t);
   args_.version = 4;
   expect_error("args->version 4 does not match args->struct_size");
+  args_.version = 6;
+  expect_error("scale_rule 9 is not a valid arfFp8ScaleRule_t");
+  args_.struct_size = kFusedArgsV5Bytes;  // a version-5 struct has scale_rule too
   args_.version = 5;
   expect_error("scale_rule 9 is not a valid arfFp8ScaleRule_t");
 
@@ -447,14 +451,15 @@ TEST_F(QuantValidate, VersionFourCallers) {
   args_.norm_rounding = arfNormRoundBeforeWeight;
   std::vector<unsigned char> v4(kFusedArgsV4Bytes);
   std::memcpy(v4.data(), &args_, kFusedArgsV4Bytes);
-  const arfFusedArgs_t up = upgrade_fused_args(reinterpret_cast<const arfFusedArgs_t*>(v4.data()));
+  const arfFusedArgs_t up =
+      upgrade_fused_args(reinterpret_cast<const arfFusedArgs_t*>(v4.data())).get();
   EXPECT_EQ(up.scale_rule, arfFp8ScaleDivide);
   EXPECT_EQ(up.norm_rounding, arfNormRoundBeforeWeight);
   EXPECT_EQ(up.struct_size, kFusedArgsV4Bytes);
   arfFusedArgs_t init;
   arfFusedArgsInit(&init);
   EXPECT_EQ(init.scale_rule, arfFp8ScaleDivide);
-  EXPECT_EQ(init.version, 5u);
+  EXPECT_EQ(init.version, static_cast<unsigned>(ARF_API_VERSION));
   EXPECT_EQ(init.struct_size, sizeof(arfFusedArgs_t));
 }
 
@@ -486,7 +491,7 @@ TEST_F(QuantValidate, ScaleRule) {
     expect_error(std::string("scale_rule arfFp8ScaleTimesReciprocal applies to fp8 per-token and "
                              "per-group only (their dynamic scales), not to pattern ") +
                  arfPatternName(p));
-    EXPECT_EQ(validate_shape(args_, facts_).code(), arfInvalidArgument);
+    EXPECT_EQ(validate_shape(upgrade_fused_args(&args_), facts_).code(), arfInvalidArgument);
     args_.scale_rule = arfFp8ScaleDivide;
     expect_ok();
   }
@@ -495,7 +500,7 @@ TEST_F(QuantValidate, ScaleRule) {
       args_.pattern = p;
       std::memcpy(&args_.scale_rule, &bad, sizeof(bad));  // any int a C caller may store
       expect_error("scale_rule " + std::to_string(bad) + " is not a valid arfFp8ScaleRule_t");
-      EXPECT_EQ(validate_shape(args_, facts_).code(), arfInvalidArgument);
+      EXPECT_EQ(validate_shape(upgrade_fused_args(&args_), facts_).code(), arfInvalidArgument);
     }
   }
   args_.num_tokens = 0;  // an empty call is still checked
@@ -532,7 +537,8 @@ TEST(UpgradeFusedArgs, ReadsNoFurtherThanStructSize) {
   // Exactly the caller's bytes, nothing after them (AddressSanitizer builds see any overread).
   std::vector<unsigned char> v1(kFusedArgsV1Bytes);
   std::memcpy(v1.data(), &full, kFusedArgsV1Bytes);
-  const arfFusedArgs_t up = upgrade_fused_args(reinterpret_cast<const arfFusedArgs_t*>(v1.data()));
+  const arfFusedArgs_t up =
+      upgrade_fused_args(reinterpret_cast<const arfFusedArgs_t*>(v1.data())).get();
   EXPECT_EQ(up.struct_size, kFusedArgsV1Bytes);
   EXPECT_EQ(up.hidden, 4096u);
   EXPECT_EQ(up.eps, 0.5f);
@@ -542,13 +548,13 @@ TEST(UpgradeFusedArgs, ReadsNoFurtherThanStructSize) {
   EXPECT_EQ(up.scale_layout, arfScaleRowMajor);
 
   full.struct_size = 24;  // unknown size: the header only
-  const arfFusedArgs_t header = upgrade_fused_args(&full);
+  const arfFusedArgs_t header = upgrade_fused_args(&full).get();
   EXPECT_EQ(header.struct_size, 24u);
   EXPECT_EQ(header.hidden, 0u);
 
   arfFusedArgsInit(&full);
   full.fallback = arfFallbackTwoKernels;
-  EXPECT_EQ(upgrade_fused_args(&full).fallback, arfFallbackTwoKernels);  // current: everything
+  EXPECT_EQ(upgrade_fused_args(&full)->fallback, arfFallbackTwoKernels);  // current: everything
 }
 
 }  // namespace

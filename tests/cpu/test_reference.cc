@@ -6,18 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "base/bit_cast.h"
+
 namespace arf::ref {
 namespace {
-
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
 
 bool is_nan16(uint16_t bits, DType dtype) {
   const uint16_t exp_mask = dtype == DType::kFp16 ? 0x7C00 : 0x7F80;
@@ -38,19 +33,19 @@ TEST(ReferenceConversion, Bf16HandCheckedPatterns) {
   EXPECT_EQ(float_to_bf16(std::ldexp(1.0f, -133)), 0x0001);
   EXPECT_EQ(float_to_bf16(-std::ldexp(1.0f, -133)), 0x8001);
   // Ties to even: 1 + 2^-8 lies halfway between 0x3F80 (even) and 0x3F81.
-  EXPECT_EQ(float_to_bf16(from_bits(0x3F808000)), 0x3F80);
-  EXPECT_EQ(float_to_bf16(from_bits(0x3F818000)), 0x3F82);   // between 0x3F81 and 0x3F82 (even)
-  EXPECT_EQ(float_to_bf16(from_bits(0x3F808001)), 0x3F81);   // just above the tie
-  EXPECT_EQ(float_to_bf16(from_bits(0x00008000)), 0x0000);   // subnormal tie
-  EXPECT_EQ(float_to_bf16(from_bits(0x00018000)), 0x0002);
+  EXPECT_EQ(float_to_bf16(bit_cast<float>(0x3F808000u)), 0x3F80);
+  EXPECT_EQ(float_to_bf16(bit_cast<float>(0x3F818000u)), 0x3F82);   // between 0x3F81 and 0x3F82 (even)
+  EXPECT_EQ(float_to_bf16(bit_cast<float>(0x3F808001u)), 0x3F81);   // just above the tie
+  EXPECT_EQ(float_to_bf16(bit_cast<float>(0x00008000u)), 0x0000);   // subnormal tie
+  EXPECT_EQ(float_to_bf16(bit_cast<float>(0x00018000u)), 0x0002);
   // Overflow: FLT_MAX is above the tie between 0x7F7F and Inf.
   EXPECT_EQ(float_to_bf16(std::numeric_limits<float>::max()), 0x7F80);
-  EXPECT_EQ(float_to_bf16(from_bits(0x7F7F7FFF)), 0x7F7F);
+  EXPECT_EQ(float_to_bf16(bit_cast<float>(0x7F7F7FFFu)), 0x7F7F);
   EXPECT_EQ(float_to_bf16(-std::numeric_limits<float>::infinity()), 0xFF80);
   // NaN stays NaN, including a signalling NaN whose payload truncation would clear.
   EXPECT_TRUE(is_nan16(float_to_bf16(std::numeric_limits<float>::quiet_NaN()), DType::kBf16));
-  EXPECT_TRUE(is_nan16(float_to_bf16(from_bits(0x7F800001)), DType::kBf16));
-  EXPECT_TRUE(is_nan16(float_to_bf16(from_bits(0xFF800001)), DType::kBf16));
+  EXPECT_TRUE(is_nan16(float_to_bf16(bit_cast<float>(0x7F800001u)), DType::kBf16));
+  EXPECT_TRUE(is_nan16(float_to_bf16(bit_cast<float>(0xFF800001u)), DType::kBf16));
   EXPECT_TRUE(std::isnan(bf16_to_float(0x7F81)));
   EXPECT_TRUE(std::isnan(bf16_to_float(0xFFFF)));
 }
@@ -85,7 +80,7 @@ TEST(ReferenceConversion, Fp16HandCheckedPatterns) {
   EXPECT_EQ(float_to_fp16(std::numeric_limits<float>::infinity()), 0x7C00);
   EXPECT_TRUE(std::isinf(fp16_to_float(0xFC00)));
   EXPECT_TRUE(is_nan16(float_to_fp16(std::numeric_limits<float>::quiet_NaN()), DType::kFp16));
-  EXPECT_TRUE(is_nan16(float_to_fp16(from_bits(0x7F800001)), DType::kFp16));
+  EXPECT_TRUE(is_nan16(float_to_fp16(bit_cast<float>(0x7F800001u)), DType::kFp16));
   EXPECT_TRUE(std::isnan(fp16_to_float(0x7C01)));
   EXPECT_TRUE(std::isnan(fp16_to_float(0xFFFF)));
 }

@@ -232,6 +232,51 @@ TEST(TuningTableLookup, NearestHiddenWithTokensConvertedToItsBytes) {
   EXPECT_FALSE(t.lookup(key(8, 2048), 8193).has_value());
 }
 
+// "allreduce" entries: the plain all-reduce takes them where the table has one for its (world,
+// sharing, dtype), and the "plain" ones otherwise; residual_rmsnorm never takes them.
+TEST(TuningTableLookup, AllReduceEntriesComeBeforePlainOnes) {
+  TuningTable t = sample_table();
+  const TuningKey flat8 = key(8, 8192, TuningGroup::kAllReduce);
+  EXPECT_EQ(t.lookup(flat8, 129)->algorithm, Algorithm::kUnfused);  // no "allreduce" entry: plain's
+  t.entries.push_back({key(8, 2048, TuningGroup::kAllReduce), 4096, {{1, Algorithm::kTwoshot, 1}}});
+  ASSERT_TRUE(validate_tuning_table(t).is_ok());
+  const Result<TuningTable> parsed = parse_tuning_table(tuning_table_to_json(t));
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().message();
+  EXPECT_EQ(parsed.value(), t);
+  EXPECT_NE(tuning_table_to_json(t).find("\"patterns\": \"allreduce\""), std::string::npos);
+  // Now the all-reduce takes its own entry, whatever its hidden; residual_rmsnorm keeps plain's.
+  EXPECT_EQ(t.lookup(flat8, 129)->algorithm, Algorithm::kTwoshot);
+  EXPECT_EQ(t.lookup(flat8, 129)->hidden, 2048);
+  EXPECT_EQ(t.lookup(key(8, 8192), 129)->algorithm, Algorithm::kUnfused);
+  // Other worlds' all-reduces are unaffected.
+  EXPECT_FALSE(t.lookup(key(4, 8192, TuningGroup::kAllReduce), 1).has_value());
+  // A level on an "allreduce" range is refused as on a plain one.
+  const std::string with_level = replaced(tuning_table_to_json(t), "\"patterns\": \"allreduce\"", "\"patterns\": \"quant\"");
+  EXPECT_FALSE(parse_tuning_table(with_level).is_ok());  // a quant range needs its level
+}
+
+// lookup_elems reads a call by its elements (bytes per rank) exactly: for whole rows the same as
+// lookup, for a flat all-reduce with a partial last row its real size, not its rows'.
+TEST(TuningTableLookup, ByElementsExactlyWhateverTheRows) {
+  const TuningTable t = sample_table();  // plain world 8: lamport to 128 tokens of 8192
+  for (int64_t rows : {int64_t{1}, int64_t{128}, int64_t{129}, int64_t{4096}}) {
+    EXPECT_EQ(t.lookup_elems(key(8, 8192), rows * 8192)->algorithm, t.lookup(key(8, 8192), rows)->algorithm);
+    EXPECT_EQ(t.lookup_elems(key(8, 7168), rows * 7168)->tokens, t.lookup(key(8, 7168), rows)->tokens);
+  }
+  // 128 x 8192 elements laid out in rows of 7168 are 146.3 rows: 147 rows' bytes would be 128.6,
+  // so 129 tokens (unfused); the elements are exactly 128 tokens (oneshot_lamport).
+  const int64_t elems = 128 * 8192;
+  EXPECT_EQ(t.lookup(key(8, 7168), 147)->algorithm, Algorithm::kUnfused);
+  const TuningChoice c = *t.lookup_elems(key(8, 7168), elems);
+  EXPECT_EQ(c.tokens, 128);
+  EXPECT_EQ(c.algorithm, Algorithm::kOneshotLamport);
+  EXPECT_EQ(c.entry, &t.entries[0]);
+  EXPECT_EQ(c.range, 0u);
+  EXPECT_EQ(t.lookup_elems(key(8, 7168), elems + 8)->range, 1u);
+  EXPECT_FALSE(t.lookup_elems(key(8, 8192), 0).has_value());
+  EXPECT_FALSE(t.lookup_elems(key(8, 8192), 4096 * 8192 + 1).has_value());  // past max_tokens
+}
+
 // ---- make_plan with a table ----
 
 TEST(TunedPlan, TableOverridesTheDefaults) {

@@ -51,7 +51,7 @@ class Validate : public ::testing::Test {
     };
   }
 
-  Status run() const { return validate(args_, facts_, /*device=*/0, check_); }
+  Status run() const { return validate(upgrade_fused_args(&args_), facts_, /*device=*/0, check_); }
 
   void expect_error(arfStatus_t code, const std::string& substring) const {
     const Status s = run();
@@ -168,11 +168,22 @@ TEST_F(Validate, GammaDtypeEpsAndGemmaFlag) {
   args_.gamma_dtype = arfFloat32;
   EXPECT_TRUE(run().is_ok());
   args_.eps = std::numeric_limits<float>::quiet_NaN();
-  expect_error(arfInvalidArgument, "must be finite and >= 0");
+  expect_error(arfInvalidArgument, "eps nan must be finite and > 0");
+  args_.eps = std::numeric_limits<float>::infinity();
+  expect_error(arfInvalidArgument, "eps inf must be finite and > 0");
   args_.eps = -1e-6f;
-  expect_error(arfInvalidArgument, "must be finite and >= 0");
+  expect_error(arfInvalidArgument, "eps -1e-06 must be finite and > 0");
+  // eps 0: an all-zero row would give 0 * rsqrt(0) = NaN, an underflowing one +-Inf.
   args_.eps = 0.0f;
-  EXPECT_TRUE(run().is_ok());
+  expect_error(arfInvalidArgument, "eps 0 must be finite and > 0");
+  args_.eps = -0.0f;
+  expect_error(arfInvalidArgument, "must be finite and > 0");
+  // Any positive float is accepted, the smallest subnormal included.
+  args_.eps = std::numeric_limits<float>::denorm_min();
+  EXPECT_TRUE(run().is_ok()) << run().message();
+  args_.eps = std::numeric_limits<float>::max();
+  EXPECT_TRUE(run().is_ok()) << run().message();
+  args_.eps = 1e-6f;
   args_.gamma_plus_one = 2;
   expect_error(arfInvalidArgument, "gamma_plus_one 2 must be 0 or 1");
 }
@@ -295,7 +306,8 @@ constexpr uint64_t kBuffer = 0x68000000, kBufferBytes = uint64_t{128} * 8192 * 2
 class ValidateInputBuffer : public ValidateAllReduce {
  protected:
   Status run_buf() const {
-    return validate(args_, facts_, 0, check_, InputBuffer{addr(kBuffer), kBufferBytes});
+    return validate(upgrade_fused_args(&args_), facts_, 0, check_,
+                    InputBuffer{addr(kBuffer), kBufferBytes});
   }
   Status run_ar_buf(size_t count, const void* in, const void* out) const {
     return validate_allreduce(count, arfBFloat16, in, out, facts_, 0, check_,

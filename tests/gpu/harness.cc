@@ -104,10 +104,53 @@ std::vector<int> test_devices(int world_size) {
   return devices;
 }
 
+namespace {
+
+// WorldOptions::per_rank: one thread per rank, each with its own config, all with one id.
+bool init_ranks_one_by_one(const WorldOptions& options, const std::vector<int>& devices,
+                           const arfCommConfig_t& base, std::vector<arfComm_t>* comms) {
+  arfUniqueId id;
+  if (arfGetUniqueId(&id) != arfSuccess) {
+    ADD_FAILURE() << "arfGetUniqueId: " << arfGetLastErrorString();
+    return false;
+  }
+  const int n = options.world_size;
+  std::vector<arfStatus_t> status(n, arfSuccess);
+  std::vector<std::string> message(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      arfCommConfig_t c = base;
+      c.transport = arfTransportLocal;
+      c.rank = r;
+      c.world_size = n;
+      c.device = devices[r];
+      c.id = id;
+      options.per_rank(r, &c);
+      status[r] = arfCommInitRank(&(*comms)[r], &c);
+      message[r] = arfGetLastErrorString();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  bool ok = true;
+  for (int r = 0; r < n; ++r) {
+    if (status[r] == arfSuccess) continue;
+    ADD_FAILURE() << "arfCommInitRank(rank " << r << " of " << n << "): " << message[r];
+    ok = false;
+  }
+  if (!ok) {
+    for (arfComm_t& comm : *comms) (void)arfCommDestroy(comm);
+    comms->clear();
+  }
+  return ok;
+}
+
+}  // namespace
+
 std::unique_ptr<World> World::create(const WorldOptions& options) {
   std::unique_ptr<World> world(new World());
   world->options_ = options;
-  world->devices_ = test_devices(options.world_size);
+  world->devices_ = options.devices.empty() ? test_devices(options.world_size) : options.devices;
   arfCommConfig_t config;
   arfCommConfigInit(&config);
   config.dtype = options.dtype;
@@ -117,12 +160,16 @@ std::unique_ptr<World> World::create(const WorldOptions& options) {
   config.timeout_seconds = options.timeout_seconds;
   config.programmatic_launch = options.programmatic_launch ? 1 : 0;
   world->comms_.assign(options.world_size, nullptr);
-  const arfStatus_t st = arfCommInitAll(world->comms_.data(), options.world_size,
-                                        world->devices_.data(), &config);
-  if (st != arfSuccess) {
-    ADD_FAILURE() << "arfCommInitAll(world " << options.world_size << "): " << status_text(st);
-    world->comms_.clear();
-    return nullptr;
+  if (options.per_rank) {
+    if (!init_ranks_one_by_one(options, world->devices_, config, &world->comms_)) return nullptr;
+  } else {
+    const arfStatus_t st = arfCommInitAll(world->comms_.data(), options.world_size,
+                                          world->devices_.data(), &config);
+    if (st != arfSuccess) {
+      ADD_FAILURE() << "arfCommInitAll(world " << options.world_size << "): " << status_text(st);
+      world->comms_.clear();
+      return nullptr;
+    }
   }
   for (int r = 0; r < options.world_size; ++r) {
     cudaStream_t stream = nullptr;

@@ -68,6 +68,11 @@ struct WorldOptions {
   size_t oneshot_max_tokens = 0;  // 0 = max_tokens
   double timeout_seconds = 5.0;  // bounded waits: a protocol bug fails fast, it does not hang
   bool programmatic_launch = false;  // arfCommConfig_t::programmatic_launch (PDL)
+  // Rank r's device; empty: test_devices(world_size).
+  std::vector<int> devices;
+  // Set: each rank is created on its own thread with arfCommInitRank, after this adjusts its
+  // config (ranks that differ in a setting); unset: arfCommInitAll with one config.
+  std::function<void(int rank, arfCommConfig_t* config)> per_rank;
 };
 
 // Devices of the ranks: ARF_TEST_DEVICES="0,1,..." (rank r gets entry r % count), else device 0
@@ -172,6 +177,14 @@ std::vector<CallResult> run_calls(const World& world, const std::vector<CallSpec
 // Reference (bitwise / tolerance) and cross-rank bitwise checks; gtest failures name the call.
 void check_calls(const World& world, const std::vector<CallSpec>& specs,
                  const std::vector<CallData>& data, const std::vector<CallResult>& results);
+
+// A sandwich call's residual_out and norm_out against the reference (arfusion.h, Numerics):
+// residual_out within the interval the post-norm's tolerance allows
+// (ref::first_sandwich_residual_mismatch), norm_out (when not null) within tolerance of the exact
+// norm of that very residual_out. "" when both pass, else the failures. `want` is
+// ref::reference_fused(in).
+std::string sandwich_mismatch(const ref::FusedInputs& in, const ref::FusedOutputs& want,
+                              const uint16_t* residual_out, const uint16_t* norm_out);
 
 // Every output of `b` bitwise equal to `a` ([call][rank]); `what` names the comparison.
 void check_identical(const std::vector<CallSpec>& specs, const std::vector<CallResult>& a,

@@ -122,14 +122,26 @@ std::vector<CallResult> run_calls(const World& world, const std::vector<CallSpec
   return results;
 }
 
+std::string sandwich_mismatch(const ref::FusedInputs& in, const ref::FusedOutputs& want,
+                              const uint16_t* residual_out, const uint16_t* norm_out) {
+  std::string msg = ref::first_sandwich_residual_mismatch(in, want, residual_out);
+  if (norm_out == nullptr) return msg;
+  std::vector<double> alt;
+  const std::vector<double> exact = ref::norm_exact_of(in, residual_out, &alt);
+  const std::string norm = ref::first_norm_mismatch(norm_out, exact, in.hidden, in.dtype,
+                                                    in.norm_rounding != 0 ? &alt : nullptr);
+  if (!norm.empty()) msg += (msg.empty() ? "" : "; ") + norm;
+  return msg;
+}
+
 void check_calls(const World& world, const std::vector<CallSpec>& specs,
                  const std::vector<CallData>& data, const std::vector<CallResult>& results) {
   const DType dtype = ref_dtype(world.dtype());
   std::vector<std::vector<std::string>> errors(specs.size());
   parallel_for(static_cast<int64_t>(specs.size()), [&](int64_t c) {
     const CallSpec& spec = specs[c];
-    const ref::FusedOutputs want =
-        ref::reference_fused(callkit::reference_inputs(spec, world.dtype(), data[c]));
+    const ref::FusedInputs in = callkit::reference_inputs(spec, world.dtype(), data[c]);
+    const ref::FusedOutputs want = ref::reference_fused(in);
     const int64_t n = spec.elems();
     // NaN matches NaN against the reference only for the NaN/Inf content (edge_values.h); anywhere
     // else a NaN output is wrong, and a reference with NaN would be a data bug that lets
@@ -170,11 +182,17 @@ void check_calls(const World& world, const std::vector<CallSpec>& specs,
         fail("outputs not downloaded");
         continue;
       }
-      fail(vs_reference(got.residual_out, want.residual_out, "residual_out vs reference"));
-      // NaN-aware already (NaN only where the reference is NaN, +-Inf exact); the check above
-      // keeps the reference NaN-free for every other content.
-      fail(ref::first_norm_mismatch(got.norm_out.data(), want.norm_exact, spec.hidden, dtype,
-                                    &want.norm_alt));
+      if (spec.post_norm) {
+        // Within the contract given the kernel's own h; bitwise against the unfused path
+        // (run_and_check) and across ranks (below).
+        fail(sandwich_mismatch(in, want, got.residual_out.data(), got.norm_out.data()));
+      } else {
+        fail(vs_reference(got.residual_out, want.residual_out, "residual_out vs reference"));
+        // NaN-aware already (NaN only where the reference is NaN, +-Inf exact); the check above
+        // keeps the reference NaN-free for every other content.
+        fail(ref::first_norm_mismatch(got.norm_out.data(), want.norm_exact, spec.hidden, dtype,
+                                      &want.norm_alt));
+      }
       // Across ranks raw bits, NaN payloads included: every rank runs the same operations in the
       // same order on the same bits.
       if (r > 0) {

@@ -58,7 +58,7 @@ TEST(InitFromNccl, RanksTakeTheirPlaceFromTheNcclCommunicator) {
       if (call != arfSuccess) fail("call: " + status_text(call));
       if (call == arfSuccess) outputs[r] = buffers.download(stream);
       (void)arfCommDestroy(comm);
-      (void)nc.close(false);
+      (void)nc.close(false, 30.0);
       cudaStreamDestroy(stream);
     });
   }

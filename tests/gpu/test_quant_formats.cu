@@ -27,7 +27,7 @@ __global__ void compare_e4m3_encoders(E4m3Mismatches* out) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t{1} << 32);
        i += stride) {
-    const float x = __uint_as_float(static_cast<uint32_t>(i));
+    const float x = bit_cast<float>(static_cast<uint32_t>(i));
     const uint8_t fast = quant::encode_e4m3_device(x);
     const uint8_t soft = quant::encode_e4m3(x);
     if (fast != soft && atomicAdd(&out->count, 1ull) == 0) {

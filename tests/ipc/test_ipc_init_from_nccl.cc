@@ -124,7 +124,7 @@ void from_nccl_rank(RankContext& ctx, const std::string& id_path, uint64_t seed)
   arfComm_t comm = nullptr;
   if (const arfStatus_t st = arfCommInitRankFromNccl(&comm, &config, nc.get(), stream);
       st != arfSuccess) {
-    (void)nc.close(false);
+    (void)nc.close(false, 30.0);
     return ctx.fail("arfCommInitRankFromNccl: " + status_text(st));
   }
   int rank = -1, world = -1;
@@ -141,7 +141,7 @@ void from_nccl_rank(RankContext& ctx, const std::string& id_path, uint64_t seed)
     }
   }
   destroy_comm(ctx, comm);
-  (void)nc.close(false);
+  (void)nc.close(false, 30.0);
   cudaStreamDestroy(stream);
 }
 

@@ -3,7 +3,10 @@
 #include "args.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cctype>
@@ -21,9 +24,13 @@ constexpr double kMaxSeconds = 1e9;  // finite, and far from overflowing steady_
 constexpr const char* kMissingSeparator =
     "missing '--' before the command (arfusion-run -n N [options] -- cmd args...)";
 
+constexpr const char* kEnvRendezvousId = "ARF_RENDEZVOUS_ID";
+
 constexpr const char* kHelpFooter =
     "Each rank gets ARF_RANK, ARF_LOCAL_RANK, ARF_WORLD_SIZE, ARF_DEVICE, ARF_RENDEZVOUS_ID\n"
-    "(and CUDA_DEVICE_MAX_CONNECTIONS=32, NCCL_NVLS_ENABLE=0 unless set).\n"
+    "(and CUDA_DEVICE_MAX_CONNECTIONS=32, NCCL_NVLS_ENABLE=0 unless set). The id travels in the\n"
+    "environment only, never in argv (which every user can read); give one with --id-file or\n"
+    "ARF_RENDEZVOUS_ID in the launcher's environment.\n"
     "Exit status: 0 all ranks 0; 77 none failed, some skipped; else the first failing rank's\n"
     "code, or 128+signal; 124 timeout; 2 bad command line; 125 launcher error.\n"
     "Details: tools/run/README.md.";
@@ -151,6 +158,42 @@ std::string random_rendezvous_id() {
   return hex;
 }
 
+std::optional<std::string> read_rendezvous_id_file(const std::string& path, std::string* error) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    *error = "--id-file '" + path + "': " + std::strerror(errno);
+    return std::nullopt;
+  }
+  struct stat st{};
+  std::string text;
+  if (::fstat(fd, &st) != 0) {
+    *error = "--id-file '" + path + "': fstat: " + std::strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    *error = "--id-file '" + path + "' is not a regular file";
+  } else if (st.st_uid != ::geteuid()) {
+    *error = "--id-file '" + path + "' is owned by uid " + std::to_string(st.st_uid) +
+             ", not by this user: another user could have chosen the id";
+  } else if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%03o", static_cast<unsigned>(st.st_mode & 0777));
+    *error = "--id-file '" + path + "' has mode " + mode +
+             ": other users can read it; make it 0600 (chmod 600, or write it under umask 077)";
+  } else {
+    char buf[256];
+    ssize_t n = 0;
+    while ((n = ::read(fd, buf, sizeof(buf))) > 0 && text.size() < 4096) text.append(buf, n);
+    if (n < 0) *error = "--id-file '" + path + "': read: " + std::strerror(errno);
+  }
+  ::close(fd);
+  if (!error->empty()) return std::nullopt;
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  const size_t last = text.find_last_not_of(" \t\r\n");
+  const std::string trimmed = first == std::string::npos ? "" : text.substr(first, last - first + 1);
+  const auto id = normalize_rendezvous_id(trimmed);
+  if (!id) *error = "--id-file '" + path + "' does not hold 32 hex digits";
+  return id;
+}
+
 namespace {
 
 // Option values that need checks CLI11 cannot express.
@@ -158,7 +201,8 @@ struct RawOptions {
   std::string devices;
   bool devices_given = false;
   bool n_given = false;
-  std::string id;
+  std::string id_file;
+  std::string id_in_argv;  // --id HEX: refused (argv is visible to every user)
 };
 
 void add_options(CLI::App& app, RunArgs& a, RawOptions& raw) {
@@ -173,7 +217,11 @@ void add_options(CLI::App& app, RunArgs& a, RawOptions& raw) {
   app.add_option("--grace", a.grace_seconds, "SECONDS between SIGTERM and SIGKILL when stopping")
       ->check(kSeconds)
       ->capture_default_str();
-  app.add_option("--id", raw.id, "rendezvous id, 32 hex digits (default: fresh from getrandom)");
+  app.add_option("--id-file", raw.id_file,
+                 "file holding the rendezvous id (32 hex digits; yours, mode 0600). Default: "
+                 "ARF_RENDEZVOUS_ID from this environment, else fresh from getrandom");
+  // Refused with the reason, rather than "unknown option": scripts written for it need to know.
+  app.add_option("--id", raw.id_in_argv)->group("");
   app.add_flag("--prefix,!--no-prefix", a.prefix, "'[rank r] ' before each output line (default)");
 }
 
@@ -200,14 +248,36 @@ std::string resolve_devices(const RawOptions& raw, RunArgs& a) {
   return "";
 }
 
-std::string resolve_id(const RawOptions& raw, RunArgs& a) {
-  if (raw.id.empty()) {
-    a.rendezvous_id = random_rendezvous_id();
+// The job's id: --id-file, else the launcher's own ARF_RENDEZVOUS_ID, else fresh. Never argv: a
+// process's argv is readable by every user (ps, /proc/PID/cmdline), and the id admits processes
+// to the job's rendezvous. The ranks get it in their environment, which only the same user (and
+// root) can read.
+std::string resolve_id(const RawOptions& raw, bool id_file_given, bool id_in_argv, RunArgs& a) {
+  if (id_in_argv) {
+    return "--id takes no id on the command line any more: argv is visible to every user (ps). "
+           "Put it in ARF_RENDEZVOUS_ID in the launcher's environment, or in a file of yours with "
+           "mode 0600 passed as --id-file FILE";
+  }
+  const char* env = std::getenv(kEnvRendezvousId);
+  const bool env_given = env != nullptr && *env != '\0';
+  if (id_file_given && env_given) {
+    return std::string("the id is given twice, by --id-file and by ") + kEnvRendezvousId +
+           " in the environment; give one";
+  }
+  if (id_file_given) {
+    std::string error;
+    const auto id = read_rendezvous_id_file(raw.id_file, &error);
+    if (!id) return error;
+    a.rendezvous_id = *id;
     return "";
   }
-  const auto normalized = normalize_rendezvous_id(raw.id);
-  if (!normalized) return "--id: '" + raw.id + "' is not 32 hex digits";
-  a.rendezvous_id = *normalized;
+  if (env_given) {
+    const auto id = normalize_rendezvous_id(env);
+    if (!id) return std::string(kEnvRendezvousId) + " in the environment is not 32 hex digits";
+    a.rendezvous_id = *id;
+    return "";
+  }
+  a.rendezvous_id = random_rendezvous_id();
   return "";
 }
 
@@ -248,7 +318,9 @@ std::optional<RunArgs> parse_args(int argc, char** argv, int* exit_code) {
     error = "no command after '--'";
   } else {
     error = resolve_devices(raw, a);
-    if (error.empty()) error = resolve_id(raw, a);
+    if (error.empty()) {
+      error = resolve_id(raw, app.count("--id-file") > 0, app.count("--id") > 0, a);
+    }
   }
   if (!error.empty()) {
     *exit_code = usage_error(error);

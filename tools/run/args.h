@@ -22,7 +22,9 @@ struct RunArgs {
   std::vector<int> devices;          // device of rank r = devices[r]; size == num_ranks
   double timeout_seconds = 0;        // 0: no limit
   double grace_seconds = 5;          // SIGTERM -> SIGKILL delay when stopping ranks
-  std::string rendezvous_id;         // lowercase hex, kRendezvousIdHexChars by default
+  // Lowercase hex, kRendezvousIdHexChars: from --id-file, else the launcher's own
+  // ARF_RENDEZVOUS_ID, else fresh from getrandom. Never taken from argv (visible to every user).
+  std::string rendezvous_id;
   bool prefix = true;                // "[rank r] " before every output line
   std::vector<std::string> command;  // argv of every rank; non-empty
 };
@@ -47,6 +49,11 @@ std::optional<std::string> normalize_rendezvous_id(const std::string& id);
 
 // kRendezvousIdHexChars hex digits from getrandom(2).
 std::string random_rendezvous_id();
+
+// The id in `path` (--id-file): a regular file owned by this process's user with no group or
+// other permission bits (mode 0600 or stricter: the id admits processes to the job), holding the
+// 32 hex digits, surrounding whitespace allowed. nullopt with *error saying what is wrong.
+std::optional<std::string> read_rendezvous_id_file(const std::string& path, std::string* error);
 
 // Parses argv: options, then "--", then the command. nullopt with *exit_code set on --help (0) or
 // on an error (kExitUsage; the message is already printed on stderr).

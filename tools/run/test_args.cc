@@ -97,9 +97,26 @@ TEST(ParseArgs, MinimalCommand) {
   EXPECT_EQ(p.args->grace_seconds, 5);
 }
 
+// A file of this user with mode `mode` holding `text`; removed by the destructor.
+struct IdFile {
+  std::string path;
+  IdFile(const std::string& text, mode_t mode) {
+    char name[] = "/tmp/arfusion-run-id-XXXXXX";
+    const int fd = mkstemp(name);
+    path = name;
+    if (fd >= 0) {
+      EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+      close(fd);
+    }
+    chmod(path.c_str(), mode);
+  }
+  ~IdFile() { unlink(path.c_str()); }
+};
+
 TEST(ParseArgs, AllOptions) {
-  const Parsed p = parse({"--devices", "0,0,1,1", "--timeout", "2.5", "--grace", "0", "--id",
-                          "ABCDEF0123456789ABCDEF0123456789", "--no-prefix", "--", "true"});
+  const IdFile id("ABCDEF0123456789ABCDEF0123456789\n", 0600);
+  const Parsed p = parse({"--devices", "0,0,1,1", "--timeout", "2.5", "--grace", "0", "--id-file",
+                          id.path.c_str(), "--no-prefix", "--", "true"});
   ASSERT_TRUE(p.args);
   EXPECT_EQ(p.args->num_ranks, 4);  // from --devices
   EXPECT_EQ(p.args->devices, (std::vector<int>{0, 0, 1, 1}));
@@ -129,6 +146,8 @@ TEST(ParseArgs, UsageErrorsExit2) {
       {"-n", "2", "--timeout", "-1", "--", "true"},
       {"-n", "2", "--grace", "soon", "--", "true"},
       {"-n", "2", "--id", "xyz", "--", "true"},
+      {"-n", "2", "--id", "abcdef0123456789abcdef0123456789", "--", "true"},  // argv: refused
+      {"-n", "2", "--id-file", "/nonexistent/arfusion-id", "--", "true"},
       {"-n", "2", "--bogus", "--", "true"},
   };
   for (const auto& words : bad) {
@@ -136,6 +155,64 @@ TEST(ParseArgs, UsageErrorsExit2) {
     EXPECT_FALSE(p.args) << words[0] << " " << words[1];
     EXPECT_EQ(p.exit_code, kExitUsage) << words[0] << " " << words[1];
   }
+}
+
+// The id never comes from argv (every user can read a process's argv): --id is refused, saying
+// where to put the id instead; the launcher's own ARF_RENDEZVOUS_ID or a 0600 file is taken.
+TEST(RendezvousIdSource, NeverFromArgv) {
+  std::vector<std::string> storage = {"arfusion-run", "-n", "2", "--id",
+                                      "abcdef0123456789abcdef0123456789", "--", "true"};
+  std::vector<char*> argv;
+  for (std::string& w : storage) argv.push_back(w.data());
+  int code = -1;
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(parse_args(static_cast<int>(argv.size()), argv.data(), &code));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, kExitUsage);
+  EXPECT_NE(err.find("argv is visible to every user"), std::string::npos) << err;
+  EXPECT_NE(err.find("ARF_RENDEZVOUS_ID"), std::string::npos) << err;
+  EXPECT_NE(err.find("--id-file"), std::string::npos) << err;
+}
+
+TEST(RendezvousIdSource, FromTheLaunchersEnvironment) {
+  setenv("ARF_RENDEZVOUS_ID", "0123456789ABCDEF0123456789ABCDEF", 1);
+  const Parsed p = parse({"-n", "2", "--", "true"});
+  const Parsed bad_both = [] {
+    const IdFile id("0123456789abcdef0123456789abcdef", 0600);
+    return parse({"-n", "2", "--id-file", id.path.c_str(), "--", "true"});
+  }();
+  setenv("ARF_RENDEZVOUS_ID", "not-hex", 1);
+  const Parsed bad = parse({"-n", "2", "--", "true"});
+  unsetenv("ARF_RENDEZVOUS_ID");
+  ASSERT_TRUE(p.args);
+  EXPECT_EQ(p.args->rendezvous_id, "0123456789abcdef0123456789abcdef");
+  EXPECT_FALSE(bad_both.args);  // given twice
+  EXPECT_EQ(bad_both.exit_code, kExitUsage);
+  EXPECT_FALSE(bad.args);
+  EXPECT_EQ(bad.exit_code, kExitUsage);
+}
+
+TEST(RendezvousIdSource, FileMustBeTheUsersAndPrivate) {
+  const IdFile good("  fedcba9876543210fedcba9876543210 \n", 0600);
+  std::string error;
+  EXPECT_EQ(read_rendezvous_id_file(good.path, &error), "fedcba9876543210fedcba9876543210")
+      << error;
+  for (const mode_t mode : {0644, 0640, 0604, 0660}) {
+    const IdFile open_to_others("fedcba9876543210fedcba9876543210", mode);
+    error.clear();
+    EXPECT_FALSE(read_rendezvous_id_file(open_to_others.path, &error)) << std::oct << mode;
+    EXPECT_NE(error.find("other users can read it; make it 0600"), std::string::npos) << error;
+  }
+  const IdFile malformed("fedcba98", 0600);
+  error.clear();
+  EXPECT_FALSE(read_rendezvous_id_file(malformed.path, &error));
+  EXPECT_NE(error.find("does not hold 32 hex digits"), std::string::npos) << error;
+  error.clear();
+  EXPECT_FALSE(read_rendezvous_id_file("/nonexistent/arfusion-id", &error));
+  EXPECT_NE(error.find("/nonexistent/arfusion-id"), std::string::npos) << error;
+  error.clear();
+  EXPECT_FALSE(read_rendezvous_id_file("/tmp", &error));
+  EXPECT_FALSE(error.empty());
 }
 
 TEST(ParseArgs, HelpExits0) {

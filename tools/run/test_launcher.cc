@@ -167,9 +167,10 @@ const char* kEnvScript =
 TEST(Launcher, EnvironmentPerRank) {
   const Env env = {{"CUDA_VISIBLE_DEVICES", "0,1"},
                    {"CUDA_DEVICE_MAX_CONNECTIONS", std::nullopt},
-                   {"NCCL_NVLS_ENABLE", std::nullopt}};
+                   {"NCCL_NVLS_ENABLE", std::nullopt},
+                   {"ARF_RENDEZVOUS_ID", kId}};
   for (int n : {1, 2, 4}) {
-    const Result r = launch(sh({"-n", std::to_string(n), "--id", kId}, kEnvScript), nullptr, env);
+    const Result r = launch(sh({"-n", std::to_string(n)}, kEnvScript), nullptr, env);
     EXPECT_EQ(r.status, 0) << r.err;
     std::vector<std::string> want;
     for (int rank = 0; rank < n; ++rank) {
@@ -182,8 +183,9 @@ TEST(Launcher, EnvironmentPerRank) {
 }
 
 TEST(Launcher, DeviceListAndCallerSettings) {
-  const Env env = {{"CUDA_DEVICE_MAX_CONNECTIONS", "8"}, {"NCCL_NVLS_ENABLE", "1"}};
-  const Result r = launch(sh({"--devices", "0,0,1,1", "--id", kId}, kEnvScript), nullptr, env);
+  const Env env = {{"CUDA_DEVICE_MAX_CONNECTIONS", "8"}, {"NCCL_NVLS_ENABLE", "1"},
+                   {"ARF_RENDEZVOUS_ID", kId}};
+  const Result r = launch(sh({"--devices", "0,0,1,1"}, kEnvScript), nullptr, env);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(sorted_lines(r.out),
             (std::vector<std::string>{
@@ -193,14 +195,49 @@ TEST(Launcher, DeviceListAndCallerSettings) {
 
 TEST(Launcher, RandomIdSharedByRanksFreshPerJob) {
   const std::string script = "echo $ARF_RENDEZVOUS_ID";
-  const Result a = launch(sh({"-n", "3", "--no-prefix"}, script));
-  const Result b = launch(sh({"-n", "1", "--no-prefix"}, script));
+  const Env env = {{"ARF_RENDEZVOUS_ID", std::nullopt}};
+  const Result a = launch(sh({"-n", "3", "--no-prefix"}, script), nullptr, env);
+  const Result b = launch(sh({"-n", "1", "--no-prefix"}, script), nullptr, env);
   const auto ids = lines_of(a.out);
   ASSERT_EQ(ids.size(), 3u) << a.out;
   EXPECT_TRUE(std::regex_match(ids[0], std::regex("[0-9a-f]{32}"))) << ids[0];
   EXPECT_EQ(ids[1], ids[0]);
   EXPECT_EQ(ids[2], ids[0]);
   EXPECT_NE(lines_of(b.out).at(0), ids[0]);
+}
+
+// The id reaches the ranks in their environment and appears in no process's argv, which every
+// user can read (ps, /proc/PID/cmdline): not the launcher's (the rank's parent), not the rank's.
+TEST(Launcher, TheIdIsInNoArgv) {
+  char name[] = "/tmp/arfusion-run-test-id-XXXXXX";
+  const int fd = mkstemp(name);  // mode 0600
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, kId.data(), kId.size()), static_cast<ssize_t>(kId.size()));
+  close(fd);
+  const std::string script =
+      "echo \"env $ARF_RENDEZVOUS_ID\"; echo \"launcher $(tr '\\0' ' ' < /proc/$PPID/cmdline)\"; "
+      "echo \"rank $(tr '\\0' ' ' < /proc/$$/cmdline)\"";
+  const Result r = launch(sh({"-n", "2", "--no-prefix", "--id-file", name}, script), nullptr,
+                          {{"ARF_RENDEZVOUS_ID", std::nullopt}});
+  unlink(name);
+  EXPECT_EQ(r.status, 0) << r.err;
+  int envs = 0, argvs = 0;
+  for (const std::string& line : lines_of(r.out)) {
+    if (line.rfind("env ", 0) == 0) {
+      EXPECT_EQ(line, "env " + kId);
+      ++envs;
+    } else {
+      EXPECT_EQ(line.find(kId), std::string::npos) << line;
+      // The probe reads the right processes: the launcher's argv names it and its id file.
+      if (line.rfind("launcher ", 0) == 0) {
+        EXPECT_NE(line.find("arfusion-run"), std::string::npos) << line;
+        EXPECT_NE(line.find("--id-file"), std::string::npos) << line;
+      }
+      ++argvs;
+    }
+  }
+  EXPECT_EQ(envs, 2) << r.out;
+  EXPECT_EQ(argvs, 4) << r.out;
 }
 
 TEST(Launcher, FailingRankStopsTheOthers) {
