@@ -8,7 +8,9 @@
 #  - engine_sglang_cpu: the drop-in's signature, op schema, conventions and SGLang's call site,
 #    and the example patch applied to the installed SGLang.
 # Each skips ("SKIPPED: <engine> not installed ...", exit 77) where its venv is absent. They
-# install this tree's package into the venv (python/tests/engines/run_engine_tests.sh).
+# install this tree's package into the venv with its one install command, building it (the op
+# library against the venv's torch) in build-python-<engine>/ (python/tests/engines/
+# run_engine_tests.sh).
 if(NOT ARF_BUILD_TESTS OR ARF_SANITIZE)
   return()
 endif()
@@ -16,13 +18,15 @@ foreach(engine vllm sglang)
   add_test(NAME engine_${engine}_cpu
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/python/tests/engines/run_engine_tests.sh ${engine})
   set_tests_properties(engine_${engine}_cpu PROPERTIES LABELS cpu SKIP_RETURN_CODE 77
-    TIMEOUT 1800 RESOURCE_LOCK arfusion_python_package
-    ENVIRONMENT "ARFUSION_LIBRARY=$<TARGET_FILE:${ARF_SHARED_LIBRARY_TARGET}>")
+    TIMEOUT 1800 RESOURCE_LOCK arfusion_python_package)
 endforeach()
 
 # The SGLang drop-in on a GPU (label gpu): examples/sglang/run_example.sh, 2 ranks sharing a GPU,
-# bit for bit against the unfused algorithm (exit 77 = skipped: no torch with CUDA, or no GPU).
+# bit for bit against the unfused algorithm (exit 77 = skipped: no torch >= 2.10 with CUDA, or no
+# GPU), against the package installed as python_gpu and torch_tp_example install it (this build
+# directory, into <build>/python-gpu).
 add_test(NAME sglang_drop_in_example
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/examples/sglang/run_example.sh)
-set_tests_properties(sglang_drop_in_example PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600
-  ENVIRONMENT "ARFUSION_LIBRARY=$<TARGET_FILE:${ARF_SHARED_LIBRARY_TARGET}>;PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python")
+set_tests_properties(sglang_drop_in_example PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 900
+  RESOURCE_LOCK arfusion_python_gpu_install
+  ENVIRONMENT "ARFUSION_BUILD_DIR=${CMAKE_BINARY_DIR};ARF_PY_INSTALL_DIR=${CMAKE_BINARY_DIR}/python-gpu")

@@ -5,11 +5,12 @@
 #   bash bench/e2e/run.sh --ctest        # what ctest e2e_gpu runs (2 layers, TP 2, gates only)
 # Every option of tp_decoder.py passes through (bash bench/e2e/run.sh --help).
 #
-# Interpreter: $ARF_PYTHON (default python3; it needs torch >= 2.6 with CUDA). Library (the
-# package's lookup, python/README.md): $ARFUSION_LIBRARY, else python/arfusion/libarfusion.so (pip
-# install), else build/libarfusion.so; when none exists and ./build is configured, this builds the
-# target arfusion_shared. PYTHONPATH gets python/ (the package from the source tree).
-# Exit: 0 passed, 1 failed, 2 bad arguments, 77 skipped (no torch >= 2.6 / no GPU).
+# Interpreter: $ARF_PYTHON (default python3; it needs torch >= 2.10 with CUDA). The package is
+# installed first, as a user installs it (python/tests/install_package.sh), into
+# $ARF_PY_INSTALL_DIR (default build-python/gpu-install), and PYTHONPATH names that directory: the
+# op library is built against this interpreter's torch ($ARFUSION_BUILD_DIR: the CMake build to
+# reuse, as ctest passes its own).
+# Exit: 0 passed, 1 failed, 2 bad arguments, 77 skipped (no torch >= 2.10 / no GPU).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -22,15 +23,12 @@ for arg in "$@"; do
   if [[ $arg == -h || $arg == --help ]]; then exec "$py" "$here/tp_decoder.py" --help; fi
 done
 
-# (the driver checks torch and the GPU first, then imports the package, which names the library it
-# could not find; a missing library here is only built when ./build is configured)
-if [[ -z ${ARFUSION_LIBRARY:-} && ! -e $repo/python/arfusion/libarfusion.so && ! -e $repo/build/libarfusion.so \
-      && -f $repo/build/CMakeCache.txt ]]; then
-  echo "run.sh: no libarfusion.so yet: cmake --build build --target arfusion_shared" >&2
-  cmake --build "$repo/build" --target arfusion_shared >&2
+# (the driver checks torch and the GPU first: install only where it can run)
+if "$py" -c 'import torch, sys; v = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]); sys.exit(0 if v >= (2, 10) and torch.cuda.is_available() else 1)' 2>/dev/null; then
+  dir=${ARF_PY_INSTALL_DIR:-$repo/build-python/gpu-install}
+  bash "$repo/python/tests/install_package.sh" "$dir" >&2 || exit 1
+  export PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}"
 fi
-
-export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 # NVLink multicast off for NCCL, more hardware queues for ranks sharing a GPU (both only if unset)
 export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}"
 export CUDA_DEVICE_MAX_CONNECTIONS="${CUDA_DEVICE_MAX_CONNECTIONS:-32}"

@@ -11,7 +11,7 @@ directory.
     python3 bench/e2e/tp_decoder.py [--quick | --ctest] [options]      (bash bench/e2e/run.sh ...)
 
 Exit status: 0 every demanded gate passed and nothing failed; 1 a failure (the verdict lists it);
-2 bad arguments; 77 skipped ("SKIPPED: ..." says why: no torch >= 2.6 or no GPU).
+2 bad arguments; 77 skipped ("SKIPPED: ..." says why: no torch >= 2.10 or no GPU).
 
 Ranks are processes (torch.multiprocessing, spawn); rank r uses GPU r % (visible GPUs). Where
 ranks share a GPU the times are time-sliced and meaningless: the run says so and, unless
@@ -33,7 +33,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
-PYTHON_PKG = os.path.join(REPO, "python")
 sys.path.insert(0, HERE)
 
 import config  # noqa: E402
@@ -81,7 +80,7 @@ def run_tp(opts, plan, torch, mp) -> dict:
     """Spawns plan.tp rank processes; returns the run object (rank 0's, merged with the others')."""
     out_dir = tempfile.mkdtemp(prefix=f"arf_e2e_tp{plan.tp}_")
     payload = json.dumps({"options": config.options_to_json(opts), "plan": plan.to_json(),
-                          "sys_path": [HERE, PYTHON_PKG]})
+                          "sys_path": [HERE]})
     import rank as rank_mod
 
     t0 = time.time()
@@ -186,26 +185,24 @@ def main(argv: list[str]) -> int:
     try:
         import torch
     except ImportError:
-        return _skip("torch is not installed (this benchmark needs torch >= 2.6 with CUDA)")
+        return _skip("torch is not installed (this benchmark needs torch >= 2.10 with CUDA)")
     try:
         major_minor = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
     except ValueError:
         major_minor = (0, 0)
-    if major_minor < (2, 6):
-        return _skip(f"torch {torch.__version__} < 2.6 (from {torch.__file__})")
+    if major_minor < (2, 10):
+        return _skip(f"torch {torch.__version__} < 2.10 (from {torch.__file__})")
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
         return _skip("no CUDA device visible")
     for k, v in CHILD_ENV_DEFAULTS.items():
         os.environ.setdefault(k, v)
-    if PYTHON_PKG not in sys.path:
-        sys.path.insert(0, PYTHON_PKG)
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        [HERE, PYTHON_PKG] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        [HERE] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     try:
         import arfusion
     except ImportError as e:
-        print(f"FAILED: import arfusion: {e}\n(set ARFUSION_LIBRARY to a built libarfusion.so, or "
-              "build it: cmake --build build --target arfusion_shared)", flush=True)
+        print(f"FAILED: import arfusion: {e}\n(install the package: pip install "
+              "--no-build-isolation ./python; run.sh does it)", flush=True)
         return 1
     try:
         import arfusion.torch  # noqa: F401 - fails early (torch version, op registration)

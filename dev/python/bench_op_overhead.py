@@ -22,6 +22,9 @@ plus gpu_us (CUDA-event time per fused call over a batch) and graph_replay_us (o
 --calls fused calls, per call).
 
     python3 dev/python/bench_op_overhead.py out.json [--tokens 1] [--hidden 4096]
+
+with the package installed into the interpreter (or PYTHONPATH naming where
+python/tests/install_package.sh put it).
 """
 
 import argparse
@@ -32,8 +35,6 @@ import statistics
 import sys
 import tempfile
 import time
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 
 def main():
@@ -176,7 +177,7 @@ def main():
         "device": torch.cuda.get_device_name(0), "library": arfusion.library_path,
         "tokens": t, "hidden": h, "calls_per_batch": args.calls, "repeats": args.repeats,
         "plan": str(comm.plan(t, h)), "host_us_per_call": results, "gpu_us": gpu_us,
-        "graph_replay_us": graph_us, "ops_backend": aft.ops.backend(),
+        "graph_replay_us": graph_us, "op_library": aft.ops.library_path(),
         "python_overhead_us": {k: results[k]["median_us"] - results["ctypes_raw"]["median_us"]
                                for k in ("op_inplace", "op_out", "comm_method")},
         "paired_differences_us": pairs, "interleaved": True,

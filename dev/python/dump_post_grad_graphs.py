@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Dump the post-grad FX graphs torch.compile produces for all-reduce + residual add + RMSNorm.
 
-For the GPU machine (torch >= 2.6 with CUDA, one GPU). One process, a fake process group of world
+For the GPU machine (torch >= 2.10 with CUDA, one GPU, the package installed). One process, a fake process group of world
 size 2 (torch.testing._internal.distributed.fake_pg: collectives complete without communicating),
 so Dynamo turns ``torch.distributed.all_reduce`` into its functional form exactly as it does in a
 real tensor-parallel job. Each variant below is compiled with Inductor and two custom passes that

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The example as ctest torch_tp_example (label gpu) runs it: 2 ranks under torchrun (on one GPU the
-# ranks share it, torch.distributed on gloo). Exit 77 (skipped) with a "SKIPPED: ..." line where
-# there is no torch >= 2.6 with CUDA; otherwise the example's own exit status (0: every layer fused
-# and the compiled outputs agree with the eager ones). $ARF_PYTHON: the interpreter (default python3).
+# The example as ctest torch_tp_example (label gpu) runs it: the package installed as a user
+# installs it (python/tests/install_package.sh, into $ARF_PY_INSTALL_DIR, default
+# build-python/gpu-install), then 2 ranks under torchrun (on one GPU the ranks share it,
+# torch.distributed on gloo). Exit 77 (skipped) with a "SKIPPED: ..." line where there is no
+# torch >= 2.10 with CUDA; otherwise the example's own exit status (0: every layer fused and the
+# compiled outputs agree with the eager ones). $ARF_PYTHON: the interpreter (default python3).
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 py="${ARF_PYTHON:-python3}"
@@ -12,8 +14,8 @@ try:
 except ImportError:
     print("torch is not installed"); raise SystemExit(77)
 v = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-if v < (2, 6):
-    print(f"torch {torch.__version__} < 2.6"); raise SystemExit(77)
+if v < (2, 10):
+    print(f"torch {torch.__version__} < 2.10"); raise SystemExit(77)
 if not torch.cuda.is_available():
     print("no CUDA device visible"); raise SystemExit(77)
 PY
@@ -26,6 +28,9 @@ elif ((rc != 0)); then
   echo "FAILED: checking for torch: $why"
   exit 1
 fi
+dir=${ARF_PY_INSTALL_DIR:-$here/../../build-python/gpu-install}
+bash "$here/../../python/tests/install_package.sh" "$dir" || exit 1
+export PYTHONPATH="$dir"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 exec "$py" -m torch.distributed.run --standalone --nproc-per-node "${ARF_EXAMPLE_RANKS:-2}" \
   "$here/tp_model.py" "$@"

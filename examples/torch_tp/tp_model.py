@@ -12,8 +12,8 @@ compares the compiled model with the eager, unfused one.
 
 With fewer GPUs than ranks the ranks share GPUs (rank r on GPU r % count; correct, time-sliced) and
 torch.distributed runs on gloo; with one GPU per rank it runs on NCCL.
-Needs: torch >= 2.6 with CUDA, the arfusion package (PYTHONPATH=python or pip install ./python)
-and libarfusion.so (ARFUSION_LIBRARY or the package's lookup).
+Needs: torch >= 2.10 with CUDA and the arfusion package installed into that interpreter
+(pip install --no-build-isolation ./python).
 """
 
 import argparse
@@ -26,8 +26,7 @@ import torch._inductor.config as inductor_config
 import torch.distributed as dist
 import torch.nn as nn
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-import arfusion.torch as aft  # noqa: E402
+import arfusion.torch as aft
 
 
 class LlamaRMSNorm(nn.Module):

@@ -3,7 +3,7 @@ include/arfusion/arfusion.h, checked against the loaded library. Never imports t
 
 Where the library comes from (first match wins):
   1. $ARFUSION_LIBRARY (a path to libarfusion.so; an error if it does not exist),
-  2. libarfusion.so next to this file (what `pip install ./python` copies in when it finds one),
+  2. libarfusion.so next to this file (the one `pip install ./python` builds and installs),
   3. the repository's build/libarfusion.so (running from the source tree, PYTHONPATH=python).
 
 Every struct mirror and enum value below is compared with the library's own answer
@@ -19,7 +19,7 @@ import os
 import pathlib
 import threading
 
-ARF_API_VERSION = 5
+ARF_API_VERSION = 6
 ARF_MAX_RANKS = 8
 ARF_UNIQUE_ID_STRING_BYTES = 33
 
@@ -87,6 +87,12 @@ class Fp8ScaleRule(enum.IntEnum):
     TimesReciprocal = 1
 
 
+class ElementType(enum.IntEnum):
+    Float32 = 0
+    Float8E4M3 = 1
+    UInt8 = 2
+
+
 class Algorithm(enum.IntEnum):
     Auto = 0
     OneshotLamport = 1
@@ -107,6 +113,7 @@ _ENUM_PREFIX = {
     FallbackLevel: "arfFallback",
     NormRounding: "arfNorm",
     Fp8ScaleRule: "arfFp8Scale",
+    ElementType: "arfElement",
     Algorithm: "arfAlgo",
 }
 
@@ -149,6 +156,7 @@ class arfCommConfig_t(ctypes.Structure):
         ("init_timeout_seconds", ctypes.c_double),
         ("programmatic_launch", ctypes.c_int),
         ("verify_calls", ctypes.c_int),
+        ("max_ctas", ctypes.c_int),  # API version 6
     ]
 
 
@@ -178,6 +186,7 @@ class arfFusedArgs_t(ctypes.Structure):
         ("fallback", _enum_t),
         ("norm_rounding", _enum_t),
         ("scale_rule", _enum_t),
+        ("post_gamma", ctypes.c_void_p),  # API version 6: a sandwich call's post-norm gamma
     ]
 
 
@@ -206,10 +215,32 @@ class arfPlanFacts_t(ctypes.Structure):
         ("sm_count", ctypes.c_int),
         ("ranks_per_device", ctypes.c_int),
         ("nccl", ctypes.c_int),
+        ("max_ctas", ctypes.c_int),  # API version 6
     ]
 
 
-STRUCTS = (arfUniqueId, arfCommConfig_t, arfFusedArgs_t, arfPlan_t, arfPlanFacts_t)
+class arfQuantBuffer_t(ctypes.Structure):
+    _fields_ = [
+        ("element", _enum_t),
+        ("rank", ctypes.c_int),
+        ("element_bytes", ctypes.c_size_t),
+        ("dims", ctypes.c_size_t * 2),
+        ("bytes", ctypes.c_size_t),
+        ("tokens_align", ctypes.c_size_t * 2),
+        ("tokens_scale", ctypes.c_size_t * 2),
+        ("fixed", ctypes.c_size_t * 2),
+    ]
+
+
+class arfQuantOutputs_t(ctypes.Structure):
+    _fields_ = [
+        ("quant_out", arfQuantBuffer_t),
+        ("scale_out", arfQuantBuffer_t),
+    ]
+
+
+STRUCTS = (arfUniqueId, arfCommConfig_t, arfFusedArgs_t, arfPlan_t, arfPlanFacts_t,
+           arfQuantBuffer_t, arfQuantOutputs_t)
 ENUMS = tuple(_ENUM_PREFIX)
 # Integer constants of the header that the mirror relies on.
 CONSTANTS = {
@@ -251,6 +282,8 @@ _PROTOTYPES = {
                                ctypes.c_void_p]),
     "arfScaleBufferBytes": (ctypes.c_size_t, [_enum_t, _enum_t, _enum_t, ctypes.c_size_t,
                                               ctypes.c_size_t]),
+    "arfQuantOutputLayout": (_status, [_enum_t, _enum_t, _enum_t, ctypes.c_size_t, ctypes.c_size_t,
+                                       _P(arfQuantOutputs_t)]),
     "arfGetStatusString": (ctypes.c_char_p, [_status]),
     "arfGetLastErrorString": (ctypes.c_char_p, []),
     "arfAlgorithmName": (ctypes.c_char_p, [_enum_t]),

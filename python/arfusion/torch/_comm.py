@@ -1,9 +1,11 @@
-"""Communicators for torch: creation over torch.distributed, the name registry, launches."""
+"""Communicators for torch: creation over torch.distributed, the name registry, and the ops'
+convenience methods."""
 
 from __future__ import annotations
 
 import ctypes
 import datetime
+import functools
 import itertools
 import threading
 
@@ -11,12 +13,11 @@ import torch
 import torch.distributed as dist
 
 import arfusion as _arf
-from arfusion import _lib
+from arfusion import _lib, _opargs
 from arfusion._lib import ArfError, DataType, Status
 
-from . import _native
-
-_c = _lib.library().lib
+from . import _oplib, ops  # noqa: F401  (ops: the schemas and fakes exist before any call)
+from ._errors import translate_error
 
 TORCH_TO_ARF_DTYPE = {
     torch.bfloat16: DataType.BFloat16,
@@ -80,17 +81,14 @@ def _cpu_group(group, ranks: list[int], cpu_group, timeout_s: float):
 
 
 def _op_errors(method):
-    """A Communicator method calling torch.ops.arfusion.*: the C++ kernels' exceptions raised as
-    the Python kernels raise them (ops.translate_error), so callers catch ArfError either way."""
-    import functools
+    """A Communicator method calling torch.ops.arfusion.*: the kernels' RuntimeErrors raised as
+    the ArfError / ValueError they stand for (translate_error)."""
 
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
         except RuntimeError as e:
-            from ._errors import translate_error
-
             t = translate_error(e)
             if t is e:
                 raise
@@ -127,12 +125,11 @@ class Communicator:
         # Global ranks of the torch.distributed group (from_group), None when unknown (from_nccl):
         # the compile pass maps c10d all-reduces to communicators by them.
         self.ranks = list(ranks) if ranks is not None else None
-        self._args_cache: dict[tuple, _arf.arfFusedArgs_t] = {}
         self._arf_dtype = TORCH_TO_ARF_DTYPE[dtype]
         with _registry_lock:
             if name in _registry:
                 raise RuntimeError(f"arfusion: a communicator named {name!r} already exists")
-            _native.register_comm(name, self._handle.value, device.index)  # the C++ ops' names
+            _oplib.register_comm(name, self._handle.value, device.index)  # the kernels' names
             _registry[name] = self
 
     # ---- creation -----------------------------------------------------------------------------
@@ -283,7 +280,7 @@ class Communicator:
         with _registry_lock:
             if _registry.get(self.name) is self:
                 del _registry[self.name]
-                _native.unregister_comm(self.name)  # before the handle dies
+                _oplib.unregister_comm(self.name)  # before the handle dies
         if self._comm.alive:
             self._handle = ctypes.c_void_p(None)
             self._comm.destroy()
@@ -371,56 +368,18 @@ class Communicator:
              scale_rule: str = "divide") -> _arf.Plan:
         """arfPlanShape for a call of this shape: which algorithm, grid and kernels it would run
         (identical on every rank). Raises ArfError where the call would be refused."""
-        from . import ops as _ops  # the string vocabularies live with the ops
-
-        pattern = (_lib.Pattern.AllReduce if allreduce else _ops.quant_pattern(quant))
+        pattern = (_lib.Pattern.AllReduce if allreduce else _opargs.quant_pattern(quant))
         args = self.shape_args(pattern, hidden, num_tokens, gamma_dtype=gamma_dtype,
                                gamma_plus_one=gamma_plus_one,
-                               norm_rounding=_ops.norm_rounding_value(norm_rounding),
-                               algorithm=_ops.algorithm_value(algorithm),
-                               scale_layout=_ops.scale_layout_value(scale_layout),
-                               scale_format=_ops.scale_format_value(scale_format),
-                               fallback=fallback, scale_rule=_ops.scale_rule_value(scale_rule))
+                               norm_rounding=_opargs.norm_rounding_value(norm_rounding),
+                               algorithm=_opargs.algorithm_value(algorithm),
+                               scale_layout=_opargs.scale_layout_value(scale_layout),
+                               scale_format=_opargs.scale_format_value(scale_format),
+                               fallback=fallback, scale_rule=_opargs.scale_rule_value(scale_rule))
         return self._comm.plan_shape(args)
 
     def plan_shape(self, args: _arf.arfFusedArgs_t) -> _arf.Plan:
         return self._comm.plan_shape(args)
-
-    # ---- launches (used by arfusion.torch.ops) ------------------------------------------------
-
-    def cached_args(self, key: tuple) -> _arf.arfFusedArgs_t | None:
-        return self._args_cache.get(key)
-
-    def store_args(self, key: tuple, args: _arf.arfFusedArgs_t) -> None:
-        self._args_cache[key] = args
-
-    def _stream(self) -> int:
-        return torch.cuda.current_stream(self.device).cuda_stream
-
-    def launch_fused(self, args: _arf.arfFusedArgs_t) -> None:
-        h = self._handle
-        if not h.value:
-            raise ArfError(Status.InvalidArgument, "the communicator was destroyed",
-                           "arfFusedAllReduce", comm_name=self.name)
-        status = _c.arfFusedAllReduce(h, ctypes.byref(args), self._stream())
-        if status != Status.Success:
-            self._comm.raise_failure(status, "arfFusedAllReduce")
-        if _c.arfCommGetAsyncError(h) != Status.Success:
-            self._comm.check()
-
-    def launch_all_reduce(self, src: int, dst: int, count: int,
-                          dtype: torch.dtype | None = None) -> None:
-        """arfAllReduce of `count` elements of `dtype` (default the communicator's)."""
-        adt = _arf_dtype(dtype) if dtype is not None else self._arf_dtype
-        h = self._handle
-        if not h.value:
-            raise ArfError(Status.InvalidArgument, "the communicator was destroyed", "arfAllReduce",
-                           comm_name=self.name)
-        status = _c.arfAllReduce(h, src, dst, count, int(adt), self._stream())
-        if status != Status.Success:
-            self._comm.raise_failure(status, "arfAllReduce")
-        if _c.arfCommGetAsyncError(h) != Status.Success:
-            self._comm.check()
 
     # ---- convenience wrappers over torch.ops.arfusion ----------------------------------------
 

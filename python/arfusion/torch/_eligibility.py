@@ -32,6 +32,8 @@ class CommunicatorFacts:
 
     ranks: the global ranks of the torch.distributed group whose all-reduces it replaces (None:
     unknown, matched by world size as for Communicator.from_nccl).
+    max_ctas: arfCommConfig_t::max_ctas of the communicator (0: no bound); it caps the planned
+    grids, so facts without a live communicator's bound would plan other grids than it runs.
     """
 
     alive = True  # nothing to destroy: always usable by the pass
@@ -39,7 +41,7 @@ class CommunicatorFacts:
     def __init__(self, name: str, *, world_size: int, max_tokens: int, max_hidden: int,
                  dtype: torch.dtype = torch.bfloat16, ranks: list[int] | None = None,
                  oneshot_max_tokens: int = 0, sm_count: int = 132, ranks_per_device: int = 1,
-                 nccl: bool = False):
+                 nccl: bool = False, max_ctas: int = 0):
         if dtype not in (torch.bfloat16, torch.float16):
             raise ValueError(f"arfusion: activation dtype must be bf16 or fp16, not {dtype}")
         self.name = name
@@ -52,7 +54,7 @@ class CommunicatorFacts:
                                       max_tokens=self.max_tokens, max_hidden=self.max_hidden,
                                       oneshot_max_tokens=int(oneshot_max_tokens),
                                       sm_count=int(sm_count), ranks_per_device=int(ranks_per_device),
-                                      nccl=int(bool(nccl)))
+                                      nccl=int(bool(nccl)), max_ctas=int(max_ctas))
 
     @classmethod
     def of(cls, comm: Communicator) -> "CommunicatorFacts":
@@ -61,7 +63,8 @@ class CommunicatorFacts:
         return cls(comm.name, world_size=f["world_size"], max_tokens=f["max_tokens"],
                    max_hidden=f["max_hidden"], dtype=comm.dtype, ranks=getattr(comm, "ranks", None),
                    oneshot_max_tokens=f["oneshot_max_tokens"], sm_count=f["sm_count"],
-                   ranks_per_device=f["ranks_per_device"], nccl=bool(f["nccl"]))
+                   ranks_per_device=f["ranks_per_device"], nccl=bool(f["nccl"]),
+                   max_ctas=f["max_ctas"])
 
     def plan_facts(self) -> dict:
         f = self._facts

@@ -1,4 +1,5 @@
-"""The C++ op kernels' exceptions as the Python kernels raise them (no torch import: CPU-tested).
+"""The op kernels' exceptions as the ArfError / ValueError they stand for (no torch import:
+CPU-tested).
 
 A C++ kernel (csrc/ops_stable.cc) can only raise std::runtime_error, which torch turns into
 RuntimeError; its message carries what ArfError holds.
@@ -17,7 +18,7 @@ _NATIVE_ERROR = re.compile(r"arfusion error \[(arf\w+)\] in (\w+) \(communicator
 
 
 def translate_error(exc: BaseException) -> BaseException:
-    """The exception an arfusion op raised, as the Python kernels raise it: a C++ kernel's library
+    """The exception an arfusion op raised, as the binding raises it: a kernel's library
     failure (RuntimeError) becomes the ArfError it stands for, its argument checks ("arfusion.<op>:
     ...") ValueError; anything else is returned unchanged."""
     if isinstance(exc, ArfError) or not isinstance(exc, RuntimeError):

@@ -299,7 +299,7 @@ def match_site(ar_val, hidden, act, fp32_residual_add: bool, order: dict) -> Sit
     except NoMatch as e:
         if not adds:
             errors.append(f"the all-reduce{where}: {e}")
-    fp32 = match_fp32_residual(v, ar_val, hidden, act, shape_, order)
+    fp32 = match_fp32_residual(v, ar_val, hidden, act, shape_, order, match_decomposed_from)
     if fp32 is not None:
         norm, residual, y = fp32
         if fp32_residual_add:

@@ -32,12 +32,11 @@ def _fp32_sides(v):
     return out
 
 
-def match_fp32_residual(v, ar_val, hidden, act, shape_, order):
+def match_fp32_residual(v, ar_val, hidden, act, shape_, order, match_decomposed_from):
     """vLLM's / SGLang's native RMSNorm: s32 = f32(ar) + f32(residual) (either conversion implicit
     in the add); residual := round(s32); the norm reads s32. Returns (norm, residual node, the
-    rounded-residual node the fused op's residual_out replaces), or None."""
-    from ._match import match_decomposed_from
-
+    rounded-residual node the fused op's residual_out replaces), or None. match_decomposed_from:
+    _match's matcher of the fp32 norm chain (passed in: _match imports this module)."""
     for s32, other, ar_implicit in _fp32_sides(v):
         explicit = convert_dtype(other) == torch.float32
         res = other.args[0] if explicit else other

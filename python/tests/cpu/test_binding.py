@@ -1,28 +1,26 @@
-"""CPU tests of the ctypes layer against a built libarfusion.so (no GPU, no torch).
+"""CPU tests of the ctypes layer against the installed package (no GPU, no torch needed):
 
-    ARFUSION_LIBRARY=build/libarfusion.so PYTHONPATH=python python3 -m unittest discover -s python/tests/cpu -v
-    ARFUSION_LIBRARY=build/libarfusion.so python3 python/tests/cpu/test_binding.py
+    python3 -m unittest discover -s python/tests/cpu -v        (the package installed)
+    PYTHONPATH=python ARFUSION_LIBRARY=build/libarfusion.so python3 -m unittest discover -s python/tests/cpu
 
-ctest runs it as `python_cpu` (label cpu; cmake/python.cmake).
+ctest runs them in venvs the package is installed into (python_cpu, python_torch_cpu_*; label
+cpu; cmake/python.cmake).
 """
 
 import ctypes
+import json
 import os
 import pathlib
 import re
 import subprocess
 import sys
+import tempfile
 import unittest
 
-HERE = pathlib.Path(__file__).resolve().parent
-PYTHON_DIR = HERE.parent.parent
-REPO = PYTHON_DIR.parent
-if str(PYTHON_DIR) not in sys.path:
-    sys.path.insert(0, str(PYTHON_DIR))
+import arfusion
+from arfusion import ArfError, Pattern, ScaleFormat, ScaleLayout, Status, _lib, _opargs
 
-import arfusion  # noqa: E402
-from arfusion import _lib, _shapes  # noqa: E402
-from arfusion import ArfError, Pattern, ScaleFormat, ScaleLayout, Status  # noqa: E402
+REPO = pathlib.Path(__file__).resolve().parents[3]
 
 HEADER = REPO / "include" / "arfusion" / "arfusion.h"
 C = _lib.library().lib
@@ -237,35 +235,96 @@ class ScaleBufferTest(unittest.TestCase):
 
     def test_scale_rule_vocabulary_is_the_enum(self):
         """The ops' scale_rule strings name arfFp8ScaleRule_t's values; others are refused."""
-        self.assertEqual(_shapes.scale_rule_value("divide"), arfusion.Fp8ScaleRule.Divide)
-        self.assertEqual(_shapes.scale_rule_value("times_reciprocal"),
+        self.assertEqual(_opargs.scale_rule_value("divide"), arfusion.Fp8ScaleRule.Divide)
+        self.assertEqual(_opargs.scale_rule_value("times_reciprocal"),
                          arfusion.Fp8ScaleRule.TimesReciprocal)
-        self.assertEqual(sorted(_shapes.SCALE_RULES.values()), [int(m) for m in arfusion.Fp8ScaleRule])
+        self.assertEqual(sorted(_opargs.SCALE_RULES.values()), [int(m) for m in arfusion.Fp8ScaleRule])
         with self.assertRaises(ValueError):
-            _shapes.scale_rule_value("reciprocal")
+            _opargs.scale_rule_value("reciprocal")
 
-    def test_op_output_shapes_cover_the_scale_buffer(self):
-        """The torch ops allocate scale_out from arfusion._shapes: its bytes must be exactly the
-        library's arfScaleBufferBytes for every valid combination (fp8_per_tensor writes none)."""
+    def test_op_output_shapes_are_the_library_layout(self):
+        """The torch ops' fakes shape quant_out / scale_out through _opargs.quant_output_spec:
+        the library's layout, the input's leading dimensions standing for the tokens; a
+        combination the library refuses is a ValueError naming its reason."""
         checked = 0
         for quant in ("fp8_per_tensor", "fp8_per_token", "fp8_per_group", "nvfp4", "mxfp4"):
-            for layout in _shapes.SCALE_LAYOUTS:
-                for fmt in _shapes.SCALE_FORMATS:
-                    for t in (1, 3, 4, 5, 127, 128, 129, 1000):
-                        for h in (128, 1024, 7168, 16):
-                            pattern = _shapes.quant_pattern(quant)
-                            lib = arfusion.scale_buffer_bytes(
-                                pattern, _shapes.SCALE_LAYOUTS[layout], _shapes.SCALE_FORMATS[fmt], t, h)
-                            try:
-                                q_shape, q_dt, s_shape, s_dt = _shapes.quant_output_spec(quant, layout, fmt, t, h)
-                            except ValueError:
-                                self.assertEqual(lib, 0, (quant, layout, fmt, t, h))
-                                continue
-                            self.assertEqual(_shapes.spec_bytes(s_shape, s_dt), lib, (quant, layout, fmt, t, h))
-                            per_elem = 1 if quant.startswith("fp8") else 0.5
-                            self.assertEqual(_shapes.spec_bytes(q_shape, q_dt), t * h * per_elem)
-                            checked += 1
-        self.assertGreater(checked, 200)
+            for layout in _opargs.SCALE_LAYOUTS:
+                for fmt in _opargs.SCALE_FORMATS:
+                    for t, h in ((1, 128), (5, 1024), (129, 7168), (4, 16)):
+                        pattern = _opargs.quant_pattern(quant)
+                        args = (pattern, _opargs.SCALE_LAYOUTS[layout], _opargs.SCALE_FORMATS[fmt], t, h)
+                        try:
+                            lay = arfusion.quant_output_layout(*args)
+                        except ArfError as e:
+                            with self.assertRaises(ValueError) as cm:
+                                _opargs.quant_output_spec(quant, layout, fmt, t, h)
+                            self.assertIn(e.message, str(cm.exception))
+                            continue
+                        q, q_el, s_, s_el = _opargs.quant_output_spec(quant, layout, fmt, t, h, (2, t))
+                        self.assertEqual(q, (2, t) + lay.quant_out.shape[1:])
+                        self.assertEqual((q_el, s_, s_el), (lay.quant_out.element, lay.scale_out.shape,
+                                                            lay.scale_out.element))
+                        checked += 1
+        self.assertEqual(checked, 4 + 4 + 3 * 6 + 4 * 2 + 3 * 2)  # the legal combinations
+        with self.assertRaises(ValueError):
+            _opargs.quant_output_spec("none", "row_major", "fp32", 4, 1024)
+
+
+class QuantOutputLayoutTest(unittest.TestCase):
+    """arfQuantOutputLayout through the binding: the layout the torch ops allocate from."""
+
+    def test_sweep_against_the_buffer_size_and_the_formula(self):
+        legal = 0
+        for pattern in Pattern:
+            for layout in ScaleLayout:
+                for fmt in ScaleFormat:
+                    for h in (16, 128, 1024, 1152, 2880, 7168):
+                        try:
+                            at0 = arfusion.quant_output_layout(pattern, layout, fmt, 0, h)
+                        except ArfError as e:
+                            self.assertEqual(e.status, "arfInvalidArgument")
+                            self.assertTrue(e.message)
+                            self.assertEqual(arfusion.scale_buffer_bytes(pattern, layout, fmt, 7, h), 0)
+                            continue
+                        legal += 1
+                        for t in (1, 3, 4, 5, 127, 128, 129, 1000):
+                            lay = arfusion.quant_output_layout(pattern, layout, fmt, t, h)
+                            what = (pattern.name, layout.name, fmt.name, t, h)
+                            self.assertEqual(lay.scale_out.bytes,
+                                             _expected_scale_bytes(pattern, layout, fmt, t, h), what)
+                            self.assertEqual(lay.scale_out.bytes,
+                                             arfusion.scale_buffer_bytes(pattern, layout, fmt, t, h), what)
+                            fp4 = pattern in (Pattern.ResidualRmsNormNvfp4, Pattern.ResidualRmsNormMxfp4)
+                            self.assertEqual(lay.quant_out.shape, (t, h // 2 if fp4 else h), what)
+                            self.assertEqual(lay.quant_out.element, "uint8" if fp4 else "float8_e4m3fn")
+                            for buf, buf0 in ((lay.quant_out, at0.quant_out), (lay.scale_out, at0.scale_out)):
+                                self.assertEqual(buf0.shape_for(t), buf.shape, what)
+                                n = buf.element_bytes
+                                for d in buf.shape:
+                                    n *= d
+                                self.assertEqual(buf.bytes, n, what)
+        self.assertEqual(legal, 6 + 6 + 4 * 2 * 3 + 6 * 2 + 5 * 2)
+
+    def test_elements(self):
+        P, L, F = Pattern, ScaleLayout, ScaleFormat
+        cases = [(P.ResidualRmsNormFp8PerTensor, L.RowMajor, F.Fp32, "float32", (0,)),
+                 (P.ResidualRmsNormFp8PerToken, L.RowMajor, F.Fp32, "float32", (5, 1)),
+                 (P.ResidualRmsNormFp8PerGroup, L.MnMajor, F.Ue8m0Packed, "uint8", (2, 32)),
+                 (P.ResidualRmsNormFp8PerGroup, L.MnMajor, F.Ue8m0AsFp32, "float32", (8, 8)),
+                 (P.ResidualRmsNormNvfp4, L.Swizzled128x4, F.Fp32, "float8_e4m3fn", (128, 64)),
+                 (P.ResidualRmsNormMxfp4, L.RowMajor, F.Fp32, "uint8", (5, 32))]
+        for pattern, layout, fmt, element, shape in cases:
+            lay = arfusion.quant_output_layout(pattern, layout, fmt, 5, 1024)
+            self.assertEqual((lay.scale_out.element, lay.scale_out.shape), (element, shape), pattern.name)
+
+    def test_refusals_name_the_reason(self):
+        for args, reason in (((Pattern.ResidualRmsNorm, 0, 0, 4, 1024), "does not quantize"),
+                             ((Pattern.ResidualRmsNormFp8PerGroup, 0, 0, 4, 2880), "hidden % 128"),
+                             ((Pattern.ResidualRmsNormNvfp4, 1, 0, 4, 1024), "MN-major")):
+            with self.assertRaises(ArfError) as cm:
+                arfusion.quant_output_layout(*args)
+            self.assertEqual(cm.exception.function, "arfQuantOutputLayout")
+            self.assertIn(reason, cm.exception.message)
 
 
 class PlannerTest(unittest.TestCase):
@@ -381,10 +440,9 @@ class WorkspaceBytesTest(unittest.TestCase):
 class PackageTest(unittest.TestCase):
     def run_python(self, code, env=None):
         e = dict(os.environ)
-        e["PYTHONPATH"] = str(PYTHON_DIR) + os.pathsep + e.get("PYTHONPATH", "")
         e.update(env or {})
         return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
-                              timeout=120)
+                              timeout=120, cwd=tempfile.gettempdir())
 
     def test_import_never_imports_torch(self):
         r = self.run_python("import sys, arfusion; print('torch' in sys.modules)")
@@ -403,13 +461,33 @@ class PackageTest(unittest.TestCase):
             self.skipTest("ARFUSION_LIBRARY not set")
         self.assertEqual(os.path.realpath(arfusion.library_path), os.path.realpath(want))
 
+    def test_import_arfusion_exports_only_its_api(self):
+        r = self.run_python("import arfusion, json; print(json.dumps([sorted(n for n in dir(arfusion) "
+                            "if not n.startswith('_')), sorted(arfusion.__all__)]))")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        public, declared = json.loads(r.stdout)
+        self.assertEqual(public, declared)
+        for leaked in ("ctypes", "dataclasses", "annotations"):
+            self.assertNotIn(leaked, public)
+
     def test_torch_layer_refuses_without_torch(self):
         probe = self.run_python("import importlib.util as u; print(u.find_spec('torch') is not None)")
         if probe.stdout.strip() == "True":
             self.skipTest("torch is installed here (the GPU tests cover arfusion.torch)")
         r = self.run_python("import arfusion.torch")
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("requires PyTorch >= 2.6", r.stderr)
+        self.assertIn("requires PyTorch >= 2.10 (torch is not installed)", r.stderr)
+
+    def test_the_installed_package_is_the_one_tested(self):
+        """Under ARFUSION_EXPECT_INSTALLED=1 (the venv runs): arfusion comes from the interpreter's
+        site-packages, not the source tree, and loads the library installed next to it."""
+        if os.environ.get("ARFUSION_EXPECT_INSTALLED") != "1":
+            self.skipTest("not a run against an installed package")
+        package = pathlib.Path(arfusion.__file__).resolve().parent
+        self.assertNotEqual(package, REPO / "python" / "arfusion")
+        self.assertTrue(str(package).startswith(os.path.realpath(sys.prefix)), package)
+        self.assertEqual(pathlib.Path(arfusion.library_path).resolve(), package / "libarfusion.so")
+        self.assertTrue((package / "torch" / "ops_build.json").is_file())
 
 
 if __name__ == "__main__":

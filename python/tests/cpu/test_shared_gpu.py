@@ -1,12 +1,8 @@
 """The NCCL environment for ranks that share one GPU (arfusion.shared_gpu)."""
 
-import os
-import sys
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-
-from arfusion.shared_gpu import nccl_env_for_ranks_on_one_gpu  # noqa: E402
+from arfusion.shared_gpu import nccl_env_for_ranks_on_one_gpu
 
 
 class NcclEnvForRanksOnOneGpu(unittest.TestCase):

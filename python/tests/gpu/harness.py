@@ -13,12 +13,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import tempfile
 import time
 import traceback
 
-PYTHON_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 class RankContext:
@@ -69,7 +67,6 @@ class RankContext:
 
 def _rank_main(rank, world, port, scenario_module, scenario_name, out_dir, env):
     os.environ.update(env)
-    sys.path.insert(0, PYTHON_DIR)
     import importlib
 
     import torch
@@ -109,7 +106,8 @@ def run_scenario(scenario_module, scenario_name, world, deadline_s, env=None):
 
     out_dir = tempfile.mkdtemp(prefix=f"arf_{scenario_name}_{world}_")
     env = dict(env or {})
-    env.setdefault("PYTHONPATH", PYTHON_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # the ranks import arfusion from where this process does (the installed package on PYTHONPATH)
+    env.setdefault("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
     ctx = mp.start_processes(_rank_main, args=(world, _free_port(), scenario_module, scenario_name,
                                                out_dir, env),
                              nprocs=world, join=False, start_method="spawn")

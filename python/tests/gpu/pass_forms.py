@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The compile pass on every source form, in one process (GPU machine, torch >= 2.6).
+"""The compile pass on every source form, in one process (GPU machine, torch >= 2.10, the package
+installed: run_gpu_tests.sh).
 
 A fake process group of world size 2 (torch.testing._internal.distributed.fake_pg: collectives
 return at once without communicating) lets Dynamo produce exactly the graphs of a real TP job,
@@ -13,7 +14,7 @@ the pass's own reason (the point of this test: torch's graph forms change betwee
 
     python3 python/tests/gpu/pass_forms.py [--json FILE] [--only substr,...]
 
-Exit 0 all passed, 1 a failure, 77 skipped (no torch >= 2.6 / no GPU). Prints "N passed, N failed".
+Exit 0 all passed, 1 a failure, 77 skipped (no torch >= 2.10 / no GPU). Prints "N passed, N failed".
 """
 
 import argparse
@@ -25,7 +26,6 @@ import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "..")))
 
 
 def main():
@@ -38,8 +38,8 @@ def main():
     except ImportError:
         print("SKIPPED: torch is not installed")
         return 77
-    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 6):
-        print(f"SKIPPED: torch {torch.__version__} < 2.6")
+    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 10):
+        print(f"SKIPPED: torch {torch.__version__} < 2.10")
         return 77
     if not torch.cuda.is_available():
         print("SKIPPED: no CUDA device visible")

@@ -3,10 +3,10 @@
 time-sliced, over the ipc transport; with several GPUs rank r uses GPU r % count).
 
     python3 python/tests/gpu/run_gpu_tests.py [--worlds 2,4,8] [--scenarios core,graphs] [--json FILE]
-                                              [--cpp-ops [--without-quant]]
 
-Needs torch >= 2.6 with CUDA and a built libarfusion.so ($ARFUSION_LIBRARY, or the package's own
-lookup). Exit 0 all passed, 1 a failure, 77 skipped ("SKIPPED: ..." says why). Scenarios per
+Needs torch >= 2.10 with CUDA and the arfusion package installed (python/tests/run_gpu_tests.sh
+installs it and sets PYTHONPATH; a copy from the source tree is refused: it has no op library).
+Exit 0 all passed, 1 a failure, 77 skipped ("SKIPPED: ..." says why). Scenarios per
 world size are scenarios.SUITES; every check's verdict is printed, then "N passed, N failed".
 """
 
@@ -18,7 +18,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "..")))
+SOURCE_PACKAGE = os.path.abspath(os.path.join(HERE, "..", "..", "arfusion"))
 
 
 def main():
@@ -28,47 +28,28 @@ def main():
     ap.add_argument("--json", default=None, help="write every verdict here")
     ap.add_argument("--deadline", type=float, default=600.0, help="seconds per world size")
     ap.add_argument("--no-forms", action="store_true", help="skip pass_forms.py (one process)")
-    ap.add_argument("--cpp-ops", action="store_true",
-                    help="build the ops' C++ kernels (into $ARFUSION_TORCH_OPS_DIR, default "
-                         "build/torch_ops) and run every scenario through them "
-                         "(ARFUSION_TORCH_OPS=cpp; needs torch >= 2.10); implies --no-forms")
-    ap.add_argument("--without-quant", action="store_true",
-                    help="with --cpp-ops: build without the quantized op's C++ kernel (its Python "
-                         "kernel runs)")
     args = ap.parse_args()
 
     try:
         import torch
     except ImportError:
-        print("SKIPPED: torch is not installed (arfusion.torch needs torch >= 2.6)", flush=True)
+        print("SKIPPED: torch is not installed (arfusion.torch needs torch >= 2.10)", flush=True)
         return 77
     major_minor = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-    if major_minor < (2, 6):
-        print(f"SKIPPED: torch {torch.__version__} < 2.6", flush=True)
+    if major_minor < (2, 10):
+        print(f"SKIPPED: torch {torch.__version__} < 2.10", flush=True)
         return 77
     if not torch.cuda.is_available():
         print("SKIPPED: no CUDA device visible", flush=True)
         return 77
-    if args.cpp_ops:
-        if major_minor < (2, 10):
-            print(f"SKIPPED: torch {torch.__version__} < 2.10 (the C++ op kernels need the stable "
-                  "ABI's string arguments)", flush=True)
-            return 77
-        import subprocess
-
-        repo = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
-        build_dir = os.environ.setdefault("ARFUSION_TORCH_OPS_DIR",
-                                          os.path.join(repo, "build", "torch_ops"))
-        # in its own process: this one (and the ranks, which inherit the environment) must import
-        # arfusion.torch only once the library exists
-        subprocess.run([sys.executable, "-m", "arfusion.torch.build_ops", build_dir]
-                       + (["--without-quant"] if args.without_quant else []), check=True)
-        os.environ["ARFUSION_TORCH_OPS"] = "cpp"
-        args.no_forms = True  # the pass forms do not depend on the kernels: python_gpu runs them
     try:
-        import arfusion  # noqa: F401 - the library must load before spawning ranks
+        import arfusion  # the library must load before spawning ranks
     except ImportError as e:
         print(f"FAILED: import arfusion: {e}", flush=True)
+        return 1
+    if os.path.dirname(os.path.abspath(arfusion.__file__)) == SOURCE_PACKAGE:
+        print(f"FAILED: arfusion is imported from the source tree ({SOURCE_PACKAGE}); the tests run "
+              "against the installed package (python/tests/run_gpu_tests.sh installs it)", flush=True)
         return 1
 
     import harness
@@ -76,9 +57,14 @@ def main():
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, "
           f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}; library "
           f"{arfusion.library_path}", flush=True)
-    import arfusion.torch as aft  # the ranks import it too, with the same ARFUSION_TORCH_OPS
+    try:
+        import arfusion.torch as aft  # the ranks import it too
+    except ImportError as e:
+        print(f"FAILED: import arfusion.torch: {e}", flush=True)
+        return 1
 
-    print(f"ops backend: {aft.ops.backend()}", flush=True)
+    print(f"package {os.path.dirname(arfusion.__file__)}; op library {aft.ops.library_path()}",
+          flush=True)
     env = {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}
     if args.scenarios:
         env["ARF_GPU_SCENARIOS"] = args.scenarios

@@ -12,8 +12,8 @@ no communicator). Two ways to compile:
       execute through cpu_kernels.py; Inductor emulates eager's bf16 roundings in the rest);
       returns the outputs
 
-The environment: torch >= 2.10 (else every test is skipped), arfusion's library
-($ARFUSION_LIBRARY or the source tree's build/), python/ on the path.
+The environment: torch >= 2.10 (else every test is skipped) and the arfusion package installed
+into that interpreter (pip install --no-build-isolation ./python: the op library is part of it).
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON_DIR = os.path.abspath(os.path.join(HERE, "..", ".."))
-if PYTHON_DIR not in sys.path:
-    sys.path.insert(0, PYTHON_DIR)
+PYTHON_DIR = os.path.abspath(os.path.join(HERE, "..", ".."))  # python/ of the source tree (paths
+# of files beside the tests; the package itself is the installed one)
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 

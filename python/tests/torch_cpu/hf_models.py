@@ -1,19 +1,22 @@
 """Hugging Face transformers models (from PyPI: their own modeling files), small random configs, made
-tensor-parallel-shaped the way their own TP plans are applied for inference, on one process with a
-fake process group:
+tensor-parallel-shaped the way their own TP plans are applied for inference; rank `rank` of `world`
+keeps its own shard:
 
-  rowwise / rowwise_split_input  (o_proj, down_proj) the local shard's linear, dist.all_reduce of
-                                 its output, then the bias once (transformers' RowwiseParallel on
-                                 its local inference path); _split_input takes its slice of the
-                                 replicated input first
-  colwise                        the local shard of the output features
+  rowwise / rowwise_split_input  (o_proj, down_proj) the rank's input features of the linear,
+                                 dist.all_reduce of its output, then the bias once (transformers'
+                                 RowwiseParallel on its local inference path); _split_input takes
+                                 the rank's slice of the replicated input first
+  colwise                        the rank's slice of the output features
   colwise_gather_output          the whole output (what the gather gives back)
-  embedding_rowwise              vocab-parallel: the local rows' lookups, the others zero, all-reduced
-  expert plan (experts)          the experts' output all-reduced, as transformers' AllReduceEP sums
-                                 the ranks' experts (the routing mask is left out: values only)
+  embedding_rowwise              vocab-parallel: the lookups of the rank's vocabulary rows, the
+                                 others zero, all-reduced
+  expert plan (experts)          the rank's experts (the others' down projections zero, so they add
+                                 exact zeros), their output all-reduced, as transformers' AllReduceEP
+                                 sums the ranks' experts
 
-The fake group's all-reduce leaves its input as it is, so the model computes one rank's partial
-values; the compiled model and the eager one compute the same.
+The weights are drawn from the same seed on every rank, so the shards of one job fit together. On
+one process with the CPU tests' fake process group, whose all-reduce leaves its input as it is, the
+model computes one rank's partial values; the compiled model and the eager one compute the same.
 
     python3 hf_models.py --table     # print the per-model table (docs/compile_pass_models.md)
 """
@@ -44,12 +47,15 @@ MODELS = {
 }
 
 
-def build(name: str, dtype=torch.bfloat16, seed: int = 0):
-    """The model `name` (MODELS), random weights, eval mode, tensor-parallel-shaped."""
+def build(name: str, dtype=torch.bfloat16, seed: int = 0, rank: int = 0, world: int = WORLD,
+          **overrides):
+    """The model `name` (MODELS), random weights from `seed` (on the CPU: the same on every rank),
+    eval mode, rank `rank`'s tensor-parallel shard of `world` (world 1: the whole model, without
+    any all-reduce); `overrides` replace config values."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     model_type, extra = MODELS[name]
-    extra = dict(extra)
+    extra = dict(extra, **overrides)
     moe = extra.pop("moe", False)
     cfg = AutoConfig.for_model(model_type, vocab_size=128, hidden_size=256, intermediate_size=512,
                                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -60,8 +66,22 @@ def build(name: str, dtype=torch.bfloat16, seed: int = 0):
     # Dynamo cannot trace
     kwargs = {"experts_implementation": "batched_mm"} if moe else {}
     model = AutoModelForCausalLM.from_config(cfg, **kwargs).to(dtype).eval()
-    tensor_parallel(model)
+    _randomize_vectors(model, seed)
+    if world > 1:
+        tensor_parallel(model, world, rank)
     return model
+
+
+def _randomize_vectors(model, seed: int) -> None:
+    """Norm weights start as ones (zeros for Gemma's (1 + w)) and biases as zeros, values that would
+    hide a weight or a bias wired wrongly (or a rounding order: x * 1 rounds as x): they get random
+    values near their start."""
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                scale = 0.02 if name.endswith("bias") else 0.25
+                p.add_((scale * torch.randn(p.shape, generator=g)).to(p.dtype))
 
 
 def _matches(model, pattern: str):
@@ -69,59 +89,66 @@ def _matches(model, pattern: str):
     return [(n, m) for n, m in model.named_modules() if rx.match(n)]
 
 
-def _shard_rows(t, world):
-    return t[: t.shape[0] // world].clone()
+def _rows(t, world, rank):
+    n = t.shape[0] // world
+    return t[rank * n:(rank + 1) * n].clone()
 
 
-def tensor_parallel(model, world: int = WORLD) -> None:
+def tensor_parallel(model, world: int = WORLD, rank: int = 0) -> None:
+    if not 0 <= rank < world:
+        raise ValueError(f"rank {rank} is not one of {world} ranks")
     plan = dict(getattr(model, "_tp_plan", None) or {})
     for pattern, style in plan.items():
         for _, module in _matches(model, pattern):
             if style in ("rowwise", "rowwise_split_input"):
-                _rowwise(module, world, split_input=style == "rowwise_split_input")
+                _rowwise(module, world, rank, split_input=style == "rowwise_split_input")
             elif style == "colwise":
-                _colwise(module, world)
+                _colwise(module, world, rank)
             elif style == "embedding_rowwise":
-                _embedding(module, world)
+                _embedding(module, world, rank)
             # colwise_gather_output / replicated_with_grad_allreduce: the whole output, unchanged
     for pattern, style in (getattr(model, "_ep_plan", None) or {}).items():
         if style == "ep_dispatch_experts":
             for _, module in _matches(model, pattern):
-                _all_reduce_output(module)
+                _experts(module, world, rank)
 
 
-def _rowwise(linear, world, split_input):
+# The replaced forwards read the module's attributes (not tensors captured when sharding), so that
+# model.to(device) moves what they use.
+
+def _rowwise(linear, world, rank, split_input):
     local_in = linear.in_features // world
-    weight = torch.nn.Parameter(linear.weight[:, :local_in].clone(), requires_grad=False)
-    bias = linear.bias
+    lo = rank * local_in
+    linear.local_weight = torch.nn.Parameter(linear.weight[:, lo:lo + local_in].clone(),
+                                             requires_grad=False)
 
     def forward(x):
         if split_input:
-            x = x[..., :local_in]
-        out = F.linear(x, weight)
+            x = x[..., lo:lo + local_in]
+        out = F.linear(x, linear.local_weight)
         dist.all_reduce(out)
-        if bias is not None:
-            out = out + bias
+        if linear.bias is not None:
+            out = out + linear.bias
         return out
 
-    linear.local_weight = weight
     linear.forward = forward
 
 
-def _colwise(linear, world):
-    linear.weight = torch.nn.Parameter(_shard_rows(linear.weight, world), requires_grad=False)
+def _colwise(linear, world, rank):
+    linear.weight = torch.nn.Parameter(_rows(linear.weight, world, rank), requires_grad=False)
     if linear.bias is not None:
-        linear.bias = torch.nn.Parameter(_shard_rows(linear.bias, world), requires_grad=False)
+        linear.bias = torch.nn.Parameter(_rows(linear.bias, world, rank), requires_grad=False)
     linear.out_features //= world
 
 
-def _embedding(module, world):
+def _embedding(module, world, rank):
     local = module.num_embeddings // world
+    lo, hi = rank * local, (rank + 1) * local
     original = module.forward
 
     def forward(ids):
-        mine = ids < local
-        out = original(torch.where(mine, ids, torch.zeros_like(ids)))
+        mine = (ids >= lo) & (ids < hi)
+        out = original(torch.where(mine, ids, torch.full_like(ids, lo)))
         out = out * mine.unsqueeze(-1).to(out.dtype)
         dist.all_reduce(out)
         return out
@@ -129,7 +156,14 @@ def _embedding(module, world):
     module.forward = forward
 
 
-def _all_reduce_output(module):
+def _experts(module, world, rank):
+    n = module.down_proj.shape[0]
+    if n % world:
+        raise ValueError(f"{n} experts do not split over {world} ranks")
+    local = n // world
+    with torch.no_grad():  # the other ranks' experts: zero output, so they add exact zeros
+        module.down_proj[:rank * local].zero_()
+        module.down_proj[(rank + 1) * local:].zero_()
     original = module.forward
 
     def forward(*args, **kwargs):

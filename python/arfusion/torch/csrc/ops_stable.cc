@@ -1,10 +1,8 @@
-// torch.ops.arfusion.{fused_add_rms_norm, fused_add_rms_norm_out, all_reduce, all_reduce_} (and,
-// built with -DARF_TORCH_OPS_QUANT, fused_add_rms_norm_quant) as CUDA
-// kernels of torch's stable ABI (torch >= 2.10: string arguments), so that an eager call costs a
-// C++ dispatch instead of a Python one. The schemas are defined once, in Python
-// (arfusion/torch/ops.py, SCHEMAS); this library only registers CUDA implementations of the ops
-// listed by arfusion_torch_native_ops(), and ops.py registers its Python implementation for every
-// other op. Checks and messages follow the Python implementations in ops.py.
+// torch.ops.arfusion.*: the schemas and CUDA kernels of the arfusion ops, written against torch's
+// stable ABI (torch >= 2.10), the one implementation of every op. The package's build compiles
+// this file against the installing interpreter's torch (cmake/torch_ops.cmake, targeting the 2.10
+// ABI) into arfusion/torch/libarfusion_torch_ops.so; arfusion/torch/_oplib.py loads it and
+// arfusion/torch/ops.py registers the fake implementations tracing uses (and documents the ops).
 //
 // Communicators are named by strings (compiled graphs never hold pointers): Python's
 // Communicator registers its handle here under its name (arfusion_torch_register) and removes it
@@ -12,7 +10,8 @@
 //
 // Errors are std::runtime_error (torch raises RuntimeError). A failure of the library reads
 //   arfusion error [<arfStatus_t name>] in <C function> (communicator '<name>'[, first lost call N]): <message>
-// which arfusion.torch.ops.translate_error turns back into arfusion.ArfError.
+// and an argument refused here "arfusion.<op>: <why>"; arfusion.torch.ops.translate_error turns
+// them into arfusion.ArfError and ValueError.
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
@@ -335,32 +334,22 @@ void all_reduce_(Tensor input, std::string comm) {
   all_reduce_into(c, comm, input, input.data_ptr());
 }
 
-#ifdef ARF_TORCH_OPS_QUANT
-// ---- fused_add_rms_norm_quant: built with -DARF_TORCH_OPS_QUANT (build_ops does unless
-// --without-quant). Output shapes follow arfusion/_shapes.py quant_output_spec (the
-// fake implementation's rules); scale_out covers every byte arfScaleBufferBytes counts.
+// ---- fused_add_rms_norm_quant: outputs shaped as the library lays them out (arfQuantOutputLayout)
 
-struct QuantSpec {
+struct QuantCall {
   arfPattern_t pattern;
   arfScaleLayout_t layout;
   arfScaleFormat_t format;
-  std::vector<int64_t> q_shape, s_shape;
-  ScalarType q_dtype, s_dtype;
 };
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
-
-QuantSpec quant_spec(const Tensor& input, const std::string& quant, const std::string& layout,
-                     const std::string& format, int64_t rows, int64_t hidden) {
+QuantCall parse_quant(const std::string& quant, const std::string& layout, const std::string& format) {
   const std::string op = "arfusion.fused_add_rms_norm_quant: ";
-  QuantSpec q;
-  int64_t block = 0;
+  QuantCall q{};
   if (quant == "fp8_per_tensor") q.pattern = arfPatternResidualRmsNormFp8PerTensor;
   else if (quant == "fp8_per_token") q.pattern = arfPatternResidualRmsNormFp8PerToken;
-  else if (quant == "fp8_per_group") q.pattern = arfPatternResidualRmsNormFp8PerGroup, block = 128;
-  else if (quant == "nvfp4") q.pattern = arfPatternResidualRmsNormNvfp4, block = 16;
-  else if (quant == "mxfp4") q.pattern = arfPatternResidualRmsNormMxfp4, block = 32;
+  else if (quant == "fp8_per_group") q.pattern = arfPatternResidualRmsNormFp8PerGroup;
+  else if (quant == "nvfp4") q.pattern = arfPatternResidualRmsNormNvfp4;
+  else if (quant == "mxfp4") q.pattern = arfPatternResidualRmsNormMxfp4;
   else fail(op + "unknown quant '" + quant + "' (fp8_per_tensor, fp8_per_token, fp8_per_group, nvfp4, mxfp4)");
   if (layout == "row_major") q.layout = arfScaleRowMajor;
   else if (layout == "mn_major") q.layout = arfScaleMnMajor;
@@ -370,37 +359,20 @@ QuantSpec quant_spec(const Tensor& input, const std::string& quant, const std::s
   else if (format == "ue8m0_as_fp32") q.format = arfScaleUe8m0AsFp32;
   else if (format == "ue8m0_packed") q.format = arfScaleUe8m0Packed;
   else fail(op + "unknown scale_format '" + format + "' (fp32, ue8m0_as_fp32, ue8m0_packed)");
-  const bool group = q.pattern == arfPatternResidualRmsNormFp8PerGroup;
-  const bool fp4 = q.pattern == arfPatternResidualRmsNormNvfp4 || q.pattern == arfPatternResidualRmsNormMxfp4;
-  if (block != 0 && hidden % block != 0)
-    fail(op + quant + " needs hidden % " + std::to_string(block) + " == 0 (hidden " + std::to_string(hidden) + ")");
-  if (q.format != arfScaleFp32 && !group) fail(op + "scale_format '" + format + "' is for fp8_per_group only");
-  if (q.layout == arfScaleMnMajor && !group) fail(op + "scale_layout 'mn_major' is for fp8_per_group only");
-  if (q.layout == arfScaleSwizzled128x4 && !fp4)
-    fail(op + "scale_layout 'swizzled_128x4' is for nvfp4 / mxfp4 only");
-  for (int64_t d = 0; d + 1 < input.dim(); ++d) q.q_shape.push_back(input.size(d));
-  q.q_shape.push_back(fp4 ? hidden / 2 : hidden);
-  q.q_dtype = fp4 ? ScalarType::Byte : ScalarType::Float8_e4m3fn;
-  if (q.pattern == arfPatternResidualRmsNormFp8PerTensor) {
-    q.s_shape = {0};
-    q.s_dtype = ScalarType::Float;
-  } else if (q.pattern == arfPatternResidualRmsNormFp8PerToken) {
-    q.s_shape = {rows, 1};
-    q.s_dtype = ScalarType::Float;
-  } else if (group) {
-    const int64_t cols = hidden / 128;
-    const bool packed = q.format == arfScaleUe8m0Packed;
-    q.s_dtype = packed ? ScalarType::Byte : ScalarType::Float;
-    if (q.layout == arfScaleRowMajor) q.s_shape = {rows, cols};
-    else if (packed) q.s_shape = {ceil_div(cols, 4), 4 * round_up(rows, 4)};
-    else q.s_shape = {cols, round_up(rows, 4)};
-  } else {
-    const int64_t cols = hidden / block;
-    q.s_dtype = q.pattern == arfPatternResidualRmsNormNvfp4 ? ScalarType::Float8_e4m3fn : ScalarType::Byte;
-    if (q.layout == arfScaleRowMajor) q.s_shape = {rows, cols};
-    else q.s_shape = {round_up(rows, 128), round_up(cols, 4)};
-  }
   return q;
+}
+
+ScalarType element_dtype(arfElementType_t e) {
+  switch (e) {
+    case arfElementFloat32: return ScalarType::Float;
+    case arfElementFloat8E4M3: return ScalarType::Float8_e4m3fn;
+    case arfElementUInt8: return ScalarType::Byte;
+  }
+  fail("arfusion.fused_add_rms_norm_quant: the library named an unknown element type");
+}
+
+std::vector<int64_t> buffer_shape(const arfQuantBuffer_t& b) {
+  return std::vector<int64_t>(b.dims, b.dims + b.rank);
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> fused_add_rms_norm_quant(
@@ -412,6 +384,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> fused_add_rms_norm_quant(
   const std::string op = std::string("arfusion.") + what + ": ";
   RegisteredComm c = lookup(comm);
   RowsHidden rh = check_common(input, residual ? &*residual : nullptr, weight, what);
+  const QuantCall q = parse_quant(quant, scale_layout, scale_format);
   const bool needs_scale = quant == "fp8_per_tensor" || quant == "nvfp4";
   if (needs_scale) {
     if (!scale) fail(op + quant + " needs `scale` (a float32 device tensor of one element)");
@@ -431,21 +404,20 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> fused_add_rms_norm_quant(
   if (residual) on_device(c, comm, what, "residual", *residual);
   on_device(c, comm, what, "weight", weight);
   if (scale) on_device(c, comm, what, "scale", *scale);
-  const QuantSpec q = quant_spec(input, quant, scale_layout, scale_format, rh.rows, rh.hidden);
+  arfQuantOutputs_t out;
+  if (arfQuantOutputLayout(q.pattern, q.layout, q.format, static_cast<size_t>(rh.rows),
+                           static_cast<size_t>(rh.hidden), &out) != arfSuccess)
+    fail(op + arfGetLastErrorString());
+  // quant_out is [tokens, columns]: the input's leading dimensions stand for the tokens
+  std::vector<int64_t> q_shape;
+  for (int64_t d = 0; d + 1 < input.dim(); ++d) q_shape.push_back(input.size(d));
+  q_shape.push_back(static_cast<int64_t>(out.quant_out.dims[1]));
   Tensor x = contiguous_of(input);
-  Tensor q_out = torch::stable::new_empty(x, q.q_shape, q.q_dtype);
-  Tensor s_out = torch::stable::new_empty(x, q.s_shape, q.s_dtype);
+  Tensor q_out = torch::stable::new_empty(x, q_shape, element_dtype(out.quant_out.element));
+  Tensor s_out = torch::stable::new_empty(x, buffer_shape(out.scale_out), element_dtype(out.scale_out.element));
   Tensor res_out = empty_contiguous_like(x);
   Tensor norm = with_norm ? empty_contiguous_like(x) : torch::stable::new_empty(x, {0});
   if (rh.rows == 0) return {q_out, s_out, res_out, norm};
-  const size_t expected = arfScaleBufferBytes(q.pattern, q.layout, q.format, static_cast<size_t>(rh.rows),
-                                              static_cast<size_t>(rh.hidden));
-  const size_t have = static_cast<size_t>(s_out.numel()) * (q.s_dtype == ScalarType::Float ? 4 : 1);
-  if (have != expected)
-    fail(std::string("arfusion error [arfInternal] in ") + what + " (communicator '" + comm +
-         "'): scale_out of " + std::to_string(have) + " bytes, arfScaleBufferBytes says " +
-         std::to_string(expected) + " (" + quant + ", " + scale_layout + ", " + scale_format +
-         ", T=" + std::to_string(rh.rows) + ", H=" + std::to_string(rh.hidden) + ")");
   std::optional<Tensor> r;
   if (residual) r = contiguous_of(*residual);
   Tensor w = contiguous_of(weight);
@@ -461,38 +433,47 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> fused_add_rms_norm_quant(
   a.residual_out = res_out.data_ptr();
   a.norm_out = with_norm ? norm.data_ptr() : nullptr;
   a.quant_out = q_out.data_ptr();
-  a.scale_out = expected ? s_out.data_ptr() : nullptr;
+  a.scale_out = out.scale_out.bytes != 0 ? s_out.data_ptr() : nullptr;
   a.scale_in = scale ? static_cast<const float*>(scale->data_ptr()) : nullptr;
   launch(c, comm, a);
   return {q_out, s_out, res_out, norm};
 }
-#endif  // ARF_TORCH_OPS_QUANT
 
 }  // namespace
+
+// The schemas (ops.py documents the arguments); the kernels above take exactly these arguments.
+STABLE_TORCH_LIBRARY(arfusion, m) {
+  m.def("fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps, str comm, "
+        "bool gamma_plus_one=False, str norm_rounding=\"once\", str algorithm=\"auto\") -> ()");
+  m.def("fused_add_rms_norm_out(Tensor input, Tensor? residual, Tensor weight, float eps, str comm, "
+        "bool gamma_plus_one=False, str norm_rounding=\"once\", str algorithm=\"auto\") -> (Tensor, Tensor)");
+  m.def("fused_add_rms_norm_quant(Tensor input, Tensor? residual, Tensor weight, Tensor? scale, float eps, "
+        "str comm, str quant, str scale_layout=\"row_major\", str scale_format=\"fp32\", "
+        "bool with_norm=False, bool gamma_plus_one=False, str norm_rounding=\"once\", "
+        "str algorithm=\"auto\", int fallback=0, str scale_rule=\"divide\") -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("all_reduce(Tensor input, str comm) -> Tensor");
+  m.def("all_reduce_(Tensor(a!) input, str comm) -> ()");
+}
 
 STABLE_TORCH_LIBRARY_IMPL(arfusion, CUDA, m) {
   m.impl("fused_add_rms_norm", TORCH_BOX(&fused_add_rms_norm));
   m.impl("fused_add_rms_norm_out", TORCH_BOX(&fused_add_rms_norm_out));
+  m.impl("fused_add_rms_norm_quant", TORCH_BOX(&fused_add_rms_norm_quant));
   m.impl("all_reduce", TORCH_BOX(&all_reduce));
   m.impl("all_reduce_", TORCH_BOX(&all_reduce_));
-#ifdef ARF_TORCH_OPS_QUANT
-  m.impl("fused_add_rms_norm_quant", TORCH_BOX(&fused_add_rms_norm_quant));
-#endif
 }
 
 // The C side Python uses (ctypes) to learn what this library implements and to name communicators.
 extern "C" {
 
-__attribute__((visibility("default"))) const char* arfusion_torch_native_ops() {
-#ifdef ARF_TORCH_OPS_QUANT
-  return "fused_add_rms_norm,fused_add_rms_norm_out,all_reduce,all_reduce_,fused_add_rms_norm_quant";
-#else
-  return "fused_add_rms_norm,fused_add_rms_norm_out,all_reduce,all_reduce_";
-#endif
+__attribute__((visibility("default"))) unsigned arfusion_torch_ops_api_version() {
+  return ARF_API_VERSION;  // the header this library was built against
 }
 
-__attribute__((visibility("default"))) unsigned arfusion_torch_native_api_version() {
-  return ARF_API_VERSION;  // the header this library was built against
+// The arfAbiQuery this library calls: Python compares it with the one of the libarfusion.so it
+// loaded, since the kernels are handed that library's communicator handles.
+__attribute__((visibility("default"))) void* arfusion_torch_ops_arf_abi_query() {
+  return reinterpret_cast<void*>(&arfAbiQuery);
 }
 
 // 0: registered; 1: the name is taken.
