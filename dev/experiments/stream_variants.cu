@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kBlock, 4) copy4_kernel(const KernelParams p) 
 // by the register loop, they split the norm's cost back to back into the loop, the reduction and
 // the rest (the arithmetic).
 template <bool kReduce>
-struct MoveEpilogue : arf::NoScalePadding {
+struct MoveEpilogue : arf::NoScalePadding, arf::NoPostNorm {
   static constexpr int kVecs = 2;
   static constexpr bool kStagesRows = true;
   struct Cta {};

@@ -2,8 +2,8 @@
 # Registers, stack frame, spills and static instruction count of every kernel of the library, from
 # the real sm_90 ptxas (-Xptxas -v) and the cubin's sections (readelf: .text bytes / 16, the size of
 # an sm_90 instruction, its end padding included), no GPU and no cuobjdump needed.
-#   dev/profile/ptxas_report.sh [-r REV] OUT.tsv      compile src/kernels/*.cu and the kernel set's units
-#                                                 (cmake/kernel_rows.cmake) of the working tree (or
+#   dev/profile/ptxas_report.sh [-r REV] OUT.tsv      compile src/launch/*.cu and the kernel set's units
+#                                                 (write_kernel_units.cc) of the working tree (or
 #                                                 of commit REV, exported with git archive) -> one
 #                                                 row per kernel: name, regs, stack, spill st, spill
 #                                                 ld, SASS instructions
@@ -93,8 +93,19 @@ if [[ -n $rev ]]; then
   git archive "$rev" src include cmake | tar -x -C "$tmp"
   root=$tmp
 fi
-units=("$root"/src/kernels/*.cu)
-if [[ -f $root/src/launch/kernel_set.def ]]; then  # the kernel set's units, as the build writes them
+# The launcher's unit (its own kernel, the shared-device gate): src/launch/, src/kernels/ before.
+shopt -s nullglob
+units=("$root"/src/launch/*.cu "$root"/src/kernels/*.cu)
+shopt -u nullglob
+# The kernel set's units, as the build writes them: by src/launch/write_kernel_units.cc, or (older
+# commits) by cmake/kernel_rows.cmake in script mode.
+if [[ -f $root/src/launch/write_kernel_units.cc ]]; then
+  mkdir -p "$tmp/units"
+  "${CXX:-c++}" -std=c++20 -I"$root/src" -I"$root/include" "$root/src/launch/write_kernel_units.cc" \
+    -o "$tmp/write_kernel_units"
+  "$tmp/write_kernel_units" "$tmp/units"
+  units+=("$tmp"/units/row_*.cu)
+elif [[ -f $root/src/launch/kernel_set.def ]]; then
   cmake -DARF_KERNEL_SET="$root/src/launch/kernel_set.def" -DARF_KERNEL_UNIT_DIR="$tmp/units" \
     -P "$root/cmake/kernel_rows.cmake" >/dev/null
   units+=("$tmp"/units/row_*.cu)

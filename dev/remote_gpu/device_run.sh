@@ -13,8 +13,8 @@
 #   quant7168     the same at hidden 7168 (DeepSeek-V3's), 8 virtual ranks
 #   world1_quant  world-1 norm + quantization against torch.compile (dev/measure/bench_world1_quant.sh)
 #   profile       ncu and cuobjdump of the world-1 kernels (dev/profile/profile_kernels.sh)
-#   stress        the refill soak, eager and with CUDA graphs (ARF_SOAK_SECONDS each, default 60)
-#   soak          the long soak, GPU verifier, one chunk per visible GPU (ARF_SOAK_CPA, ARF_SOAK_SEED)
+#   stress        the soak at 8 virtual ranks, eager and with CUDA graphs (ARF_SOAK_SECONDS each, default 60)
+#   soak          the long soak, one chunk per visible GPU (ARF_SOAK_CPA, ARF_SOAK_SEED)
 #   negative      negative controls must be detected, the debug-stall soak must pass
 #                 (dev/remote_gpu/negative_controls.sh)
 #   multi         one GPU per rank: ctest, then per TP size 2/4/8 the fused sweep writing a tuned
@@ -92,24 +92,26 @@ for stage in "${stages[@]}"; do
       # Where the time of the missed world-1 targets goes (ncu, cuobjdump): dev/profile/profile_kernels.sh.
       bounded bash dev/profile/profile_kernels.sh "$out/run/profile" 2>&1 | tail -30 ;;
     stress)
-      # The refill soak (mixed algorithms, patterns and shapes, every output checked), eager and with
+      # The soak (every algorithm, pattern and shape mixed, every output checked), eager and with
       # graphs (tools/stress/README.md).
-      bounded ./build/arfusion-stress --seconds "${ARF_SOAK_SECONDS:-60}" -J "$out/run/soak.json" 2>&1 | tee "$out/run/soak.txt" | tail -15
-      bounded ./build/arfusion-stress --seconds "${ARF_SOAK_SECONDS:-60}" -G 8 --window 4 -J "$out/run/soak_graphs.json" 2>&1 \
-        | tee "$out/run/soak_graphs.txt" | tail -15 ;;
+      bounded ./build/arfusion-stress --nranks 8 --seconds "${ARF_SOAK_SECONDS:-60}" -J "$out/run/stress_8.json" 2>&1 \
+        | tee "$out/run/stress_8.txt" | tail -15
+      bounded ./build/arfusion-stress --nranks 8 --seconds "${ARF_SOAK_SECONDS:-60}" -G 8 --window 4 --max-tokens 512 \
+        -J "$out/run/stress_graphs.json" 2>&1 | tee "$out/run/stress_graphs.txt" | tail -15 ;;
     soak)
-      # The long soak (chunks add up to 10^6 verified calls per algorithm), one chunk per visible
-      # GPU with distinct seeds, GPU verifier (tools/stress/README.md). ARF_SOAK_CPA calls per
-      # algorithm per GPU (default 170000), ARF_SOAK_SEED the first seed (default 301).
+      # The long soak (chunks add up to 10^6 checked calls per algorithm: dev/measure/soak_tally.py),
+      # one chunk per visible GPU with distinct seeds, 8 virtual ranks, the volume mix
+      # (tools/stress/README.md). ARF_SOAK_CPA calls per algorithm per GPU (default 170000),
+      # ARF_SOAK_SEED the first seed (default 301).
       cpa=${ARF_SOAK_CPA:-170000}; seed0=${ARF_SOAK_SEED:-301}
       for ((g = 0; g < num_gpus; ++g)); do
-        CUDA_VISIBLE_DEVICES=$g bounded ./build/arfusion-stress --verify gpu \
-          -a oneshot_lamport,oneshot_pull,twoshot,unfused --patterns residual_rmsnorm \
-          --calls-per-algorithm "$cpa" --seed $((seed0 + g)) --skew-us 0 --ring 64 --progress 120 \
-          -J "$out/run/soak_seed$((seed0 + g)).json" > "$out/run/soak_seed$((seed0 + g)).txt" 2>&1 &
+        CUDA_VISIBLE_DEVICES=$g bounded ./build/arfusion-stress --nranks 8 --verify-calls \
+          -a oneshot_lamport,oneshot_pull,twoshot,unfused --mix volume \
+          --calls-per-algorithm "$cpa" --seed $((seed0 + g)) --progress 120 \
+          -J "$out/run/stress_seed$((seed0 + g)).json" > "$out/run/stress_seed$((seed0 + g)).txt" 2>&1 &
       done
       wait
-      tail -n 9 "$out"/run/soak_seed*.txt ;;
+      tail -n 9 "$out"/run/stress_seed*.txt ;;
     negative)
       # Each negative control (a protocol step removed on purpose) must be DETECTED, so the soak is
       # known to see that class of bug (builds build-nc on the device unless shipped).
@@ -139,11 +141,12 @@ for stage in "${stages[@]}"; do
           -J "$out/run/fused_tp${n}_procs.json" 2>&1 | tee "$out/run/fused_tp${n}_procs.txt" | tail -16
       done ;;
     procs)
-      # One process per rank under arfusion-run (ipc transport): the refill soak, the fused sweep and
+      # One process per rank under arfusion-run (ipc transport): the soak, the fused sweep and
       # a quant sweep; ranks on GPUs r % visible (2 processes time-slicing GPU 0 on a 1-GPU machine).
       n=$((num_gpus > 1 ? num_gpus : 2))
       bounded ./build/arfusion-run -n "$n" --no-prefix -- ./build/arfusion-stress --calls "${ARF_PROCS_CALLS:-20000}" \
-        --skew-us 50 --progress 30 -J "$out/run/stress_procs.json" 2>&1 | tee "$out/run/stress_procs.txt" | grep -E "^#|PASS|FAIL" | tail -12
+        --progress 30 --hash-dir "$out/run/stress_procs.hashes" -J "$out/run/stress_procs.json" 2>&1 \
+        | tee "$out/run/stress_procs.txt" | grep -E "^#|^repeat|RESULT" | tail -12
       bounded ./build/arfusion-run -n "$n" --no-prefix -- ./build/arfusion-bench -a auto,oneshot_lamport,oneshot_pull,twoshot,unfused \
         -J "$out/run/fused_procs.json" 2>&1 | tee "$out/run/fused_procs.txt" | tail -16
       bounded ./build/arfusion-run -n "$n" --no-prefix -- ./build/arfusion-bench --op quant --quant fp8_token,fp8_group \

@@ -4,7 +4,7 @@
 # -DARF_SHARED=ON -DARF_BUILD_NEGATIVE_CONTROLS=ON). Logs and JSON land in $OUT (default
 # ./acceptance_out), packed into $OUT/acceptance.tar.gz at the end.
 #
-#   bash dev/remote_gpu/gpu_acceptance.sh replay starved churn     # stages, in order
+#   bash dev/remote_gpu/gpu_acceptance.sh replay starved soak     # stages, in order
 #
 # Stages:
 #   replay    the outside program's Lamport stall sequence (tests/data/lamport-stall-world2.csv),
@@ -14,14 +14,14 @@
 #             every call, the integrity check, API 4 options) on the current library, then the
 #             starvation test on the negative-control library (expected to time out)
 #   one_queue the foreign-kernel test with CUDA_DEVICE_MAX_CONNECTIONS=1 (every stream in one FIFO)
-#   churn     the engine-like soak at 2, 4 and 8 virtual ranks (ARF_CHURN_SECONDS each, default
+#   soak      the soak (arfusion-stress) at 2, 4 and 8 virtual ranks (ARF_SOAK_SECONDS each, default
 #             30) and its negative control
 #   coresident  the co-resident test mode (docs/protocol.md: no gate, no return wait, grids that
 #             co-reside, so a peer runs a call ahead) and the shared-GPU negative controls, each
 #             alone; parts ARF_CORES_PARTS (default "soak mutants controls one_queue"):
-#             soak: the churn soak in the mode at ARF_CORES_WORLDS (default "2 4 8"), the four
+#             soak: the soak in the mode at ARF_CORES_WORLDS (default "2 4 8"), the four
 #               forced algorithms, ARF_CORES_SECONDS each (default 150), seeds from ARF_SOAK_SEED:
-#               0 wrong, 0 timeouts (churn_coresident_N_seedS.json; dev/measure/soak_tally.py pools
+#               0 wrong, 0 timeouts (stress_coresident_N_seedS.json; dev/measure/soak_tally.py pools
 #               them toward 10^6 calls per algorithm: one call of ARF_CORES_PARTS=soak with
 #               ARF_CORES_SECONDS=170 fits 10 minutes; repeat with new seeds);
 #             mutants: no_end_barrier (oneshot_pull) and two_lamport_buffers (oneshot_lamport)
@@ -35,7 +35,7 @@
 #               caught) and without the gate (return wait only: expected to pass); then the GPU
 #               test ForeignKernelsBehindEveryCallNeverBlockAPeer in one queue against the three.
 #             Each line says ok or UNEXPECTED; the stage ends with the count of UNEXPECTED
-#   volume    soak volume toward the target (>= 10^6 calls per algorithm): the churn soak with
+#   volume    soak volume toward the target (>= 10^6 calls per algorithm): the soak with
 #             verify_calls on the four forced algorithms, ARF_VOLUME_SECONDS (default 120) at each of
 #             ARF_VOLUME_WORLDS (default "2 4 8"), one soak per GPU at once (ARF_VOLUME_GPUS, default
 #             all visible), seeds from ARF_SOAK_SEED (default: the time, so different runs draw
@@ -48,11 +48,11 @@
 #             ARF_VOLUME_ALGOS_N for world N); the
 #             worlds one after another (never two communicators' collectives at once on one GPU);
 #             dev/measure/soak_tally.py pools the JSONs
-#   soak_factors  the churn soak at 8 virtual ranks, ARF_FACTOR_SECONDS (default 10) each, as
+#   soak_factors  the soak at 8 virtual ranks, ARF_FACTOR_SECONDS (default 10) each, as
 #             configured and with one factor changed (token mix, skew, calls in flight, foreign-kernel size,
 #             capacity, hidden, reference check, one pattern or algorithm only): calls/s of each,
 #             to find where its time goes (factor_*, not counted as volume)
-#   reference the churn soak's verification split (--reference): at 8 and 2 virtual ranks, the same
+#   reference the soak's verification split (--reference): at 8 and 2 virtual ranks, the same
 #             seed for 12 s with every rank recomputing the expected outputs, with one rank per
 #             call (rotate) and with the rows spread over the ranks (split; the others compared
 #             by hash): calls/s of each; then two negative-control libraries under rotate and
@@ -70,7 +70,7 @@
 #             every candidate in turn, 2 rounds (-n 100 -G 3 -R 3), tabulated by dev/measure/ab_summary.py
 #             (log/ab_summary.txt: a cell counts only beyond the A/A copy's difference);
 #             then, with ARF_CANDIDATE_TESTS=1 (full libraries only), each candidate's GPU suite and
-#             churn soak at 2 and 8 virtual ranks
+#             soak at 2 and 8 virtual ranks
 #   world1_candidate  the same libraries (ARF_CANDIDATES, ARF_CANDIDATE_BASE, the A/A copy) at world 1,
 #             where the streaming kernels run: the residual + RMSNorm epilogue (1-16384 tokens) and
 #             the FP8 epilogues (ARF_W1_QUANT, default fp8_tensor,fp8_token,fp8_group; 1-4096 tokens;
@@ -80,7 +80,7 @@
 #   policy    what auto should pick where ranks share a GPU: the plain all-reduce (16 KiB-64 MiB) and
 #             the fused sweep (hidden 8192, 1-2048 tokens) at 2, 4, 8 virtual ranks with every
 #             algorithm forced and auto (-n 100 -G 3 -R 3)
-#   mps       probe: the churn soak as 2 processes on one GPU over ipc (ARF_MPS_CALLS, default 2000) without and
+#   mps       probe: the soak as 2 processes on one GPU over ipc (ARF_MPS_CALLS, default 2000) without and
 #             then with an MPS control daemon of this job's own (private pipe/log directories, stopped at
 #             the end; no device setting is changed): without MPS the processes' contexts are time-sliced
 #             and each collective waits for a slice (~4 ms); whether ipc works and what it gains under MPS
@@ -88,14 +88,31 @@
 #             the fused sweep at 2, 4 and 8 virtual ranks with the inputs copied in and with them in
 #             the input buffers, alternating in the same run (-n 100 -G 3 -R 3; oneshot_pull, which
 #             the buffer spares its copy-in, and auto; decode to prefill sizes)
-#   ctest     ctest -L gpu (ARF_CTEST_INCLUDE / ARF_CTEST_EXCLUDE: regexes of tests to run / leave out)
-#   python    the torch integration: compile-pass graph dump, then python/tests/run_gpu_tests.sh
-#             (ARF_PYTHON_ARGS, e.g. "--worlds 2,4,8"), the FP8 scale probe, the op-overhead bench
-#   native    the C++ (stable-ABI) ops: build them (python3 -m arfusion.torch.build_ops), the
-#             op-overhead bench with each backend, python/tests/run_gpu_tests.sh --cpp-ops
-#             (ARF_NATIVE_ARGS, default "--worlds 2"; --without-quant leaves the quantized op's kernel out).
-#             ARF_OPS_BASELINE=FILE (an older csrc/ops_stable.cc): also built, in a copy of python/,
-#             and the C++ op overhead measured old, new, old, new in the same run
+#   contract  the C API's contract on the GPU: tests/gpu test_api_contract.cc (a watchdog thread
+#             polling; 100 calls cycling lamport/pull/twoshot/unfused over tokens {1,4,1023,264,2}
+#             and hidden {4096,128,16384} with every rank's counters started 50 calls short of 2^32
+#             and verify_calls on, 0 errors expected; ranks with different verify_calls; a rank
+#             alone on its GPU runs no gate; max_ctas), test_refusal.cc (a refusal on one rank: the
+#             mates' waits, printed "refusal ..."; target well under a second), the mismatch and
+#             bad-call tests; tests/ipc test_ipc_contract.cc (the refusal across processes, destroy
+#             with an nccl call whose peer never joins); the soak with its counters started
+#             ARF_CONTRACT_WRAP (default 1000) calls short of the wrap, in the normal and in the
+#             co-resident test mode (a peer a call ahead across the wrap); then the cost of max_ctas on
+#             the fused call: arfusion-bench unbounded and with ARF_CONTRACT_MAX_CTAS (default
+#             "64 16") at ARF_CONTRACT_WORLDS (default "2 4 8") ranks, alternating, 2 rounds
+#             (log/max_ctas_fused_N_BOUND.ROUND.*)
+#   ctest     ctest -L gpu -j ARF_CTEST_JOBS (default 4: the GPU tests' shards and the Python tests side
+#             by side; ipc_tests alone, RUN_SERIAL) (ARF_CTEST_INCLUDE / ARF_CTEST_EXCLUDE: regexes of
+#             tests to run / leave out)
+#   python    the torch integration: the package installed (python/tests/install_package.sh into
+#             $OUT/pyinstall, with ./build's library), then the compile-pass graph dump,
+#             python/tests/run_gpu_tests.sh (ARF_PYTHON_ARGS, e.g. "--worlds 2,4,8"), the FP8 scale
+#             probe and the op-overhead bench against it
+#   hf_models the compile pass on the Hugging Face models with a real communicator
+#             (python/tests/run_hf_models_gpu.sh: the package installed into $OUT/pyinstall, then
+#             python/tests/gpu/hf_models_gpu.py, 2 ranks on one GPU, eager / compiled without /
+#             with the pass; needs transformers), then its negative controls (exit 0 = every fault
+#             caught); hf_models.json / hf_models_controls.json
 #   e2e       the end-to-end decoder: bench/e2e/run.sh ${ARF_E2E_ARGS:---quick} (results under bench/results);
 #             ARF_E2E_MPS=1: its rank processes under a private MPS daemon (run at once, not time-sliced)
 #   perf      world-1 epilogues against torch.compile (bench_world1.sh, bench_world1_quant.sh)
@@ -108,15 +125,17 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # the commit the results are stamped with: a snapshot's COMMIT file, else git
 [[ -z ${ARF_GIT_COMMIT:-} && -f COMMIT ]] && ARF_GIT_COMMIT=$(cat COMMIT)
 export ARF_GIT_COMMIT=${ARF_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 export ARFUSION_LIBRARY=$PWD/build/libarfusion.so
+# The Python package's install (the python stage, bench/e2e/run.sh; python/tests/install_package.sh)
+# reuses ./build where it was configured here (the build stage), else builds in build-python/
+if [[ -f build/CMakeCache.txt && -z ${ARFUSION_BUILD_DIR:-} ]]; then export ARFUSION_BUILD_DIR=$PWD/build; fi
 # ctest files name the configuring machine's build directory.
 configured=$(sed -n 's/^# Build directory: //p' build/CTestTestfile.cmake 2>/dev/null)
 if [[ -n $configured && ! -e $configured ]]; then
   mkdir -p "$(dirname "$configured")" && ln -s "$PWD/build" "$configured"
 fi
 csv=tests/data/lamport-stall-world2.csv
-replay_args=(churn --replay "$csv" --nranks 2 --max-tokens 2048 --max-hidden 4096 --skew-us 0
+replay_args=(--replay "$csv" --nranks 2 --max-tokens 2048 --max-hidden 4096 --skew-us 0
              --host-skew-us 200 --timeout 2 --progress 0)
 
 # The A/B stages' bench sweeps: the plain all-reduce, and fused calls from decode to prefill.
@@ -190,17 +209,17 @@ for stage in "$@"; do
       CUDA_DEVICE_MAX_CONNECTIONS=1 ./build/arfusion_gpu_tests \
         --gtest_filter='SharedDevice.ForeignKernels*:SharedDevice/StarvedMate*' > "$out/log/one_queue.txt" 2>&1
       echo "one hardware queue: exit $?"; grep -E "OK \]|FAILED \]" "$out/log/one_queue.txt" | head -10 ;;
-    churn)
-      s=${ARF_CHURN_SECONDS:-30}
+    soak)
+      s=${ARF_SOAK_SECONDS:-30}
       for n in 2 4 8; do
-        ./build/arfusion-stress churn --nranks "$n" --seconds "$s" --progress 0 --verify-calls \
-          -J "$out/log/churn_$n.json" > "$out/log/churn_$n.txt" 2>&1
-        echo "churn $n ranks: exit $?"; tail -4 "$out/log/churn_$n.txt"
+        ./build/arfusion-stress --nranks "$n" --seconds "$s" --progress 0 --verify-calls \
+          -J "$out/log/stress_$n.json" > "$out/log/stress_$n.txt" 2>&1
+        echo "soak $n ranks: exit $?"; tail -4 "$out/log/stress_$n.txt"
       done
-      ./build/arfusion-stress-no_shared_device_gate churn --expect-failure --nranks 2 \
-        --patterns allreduce,flat,residual_rmsnorm --seconds "${ARF_CHURN_NC_SECONDS:-60}" --timeout 2 --progress 0 \
-        -J "$out/log/churn_no_gate.json" > "$out/log/churn_no_gate.txt" 2>&1
-      echo "churn without the gate (expect-failure): exit $? (0 = failure detected)"; tail -4 "$out/log/churn_no_gate.txt" ;;
+      ./build/arfusion-stress-no_shared_device_gate --expect-failure --nranks 2 \
+        --patterns allreduce,flat,residual_rmsnorm --seconds "${ARF_SOAK_NC_SECONDS:-60}" --timeout 2 --progress 0 \
+        -J "$out/log/stress_no_gate.json" > "$out/log/stress_no_gate.txt" 2>&1
+      echo "soak without the gate (expect-failure): exit $? (0 = failure detected)"; tail -4 "$out/log/stress_no_gate.txt" ;;
     coresident)
       parts=${ARF_CORES_PARTS:-soak mutants controls one_queue}
       seed=${ARF_SOAK_SEED:-$(date +%s)}
@@ -221,9 +240,9 @@ for stage in "$@"; do
       narrow=(--patterns allreduce,flat,residual_rmsnorm)  # the variants' kernel subset
       if [[ " $parts " == *" soak "* ]]; then
         for n in ${ARF_CORES_WORLDS:-2 4 8}; do
-          s=$((seed + n)); j="churn_coresident_${n}_seed$s"
+          s=$((seed + n)); j="stress_coresident_${n}_seed$s"
           secs=${ARF_CORES_SECONDS:-150}
-          cores_run "soak_$n" 0 $((secs + 120)) ./build/arfusion-stress churn --co-resident --nranks "$n" \
+          cores_run "soak_$n" 0 $((secs + 120)) ./build/arfusion-stress --co-resident --nranks "$n" \
             --seconds "$secs" --progress 0 --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused \
             --seed "$s" -J "$out/log/$j.json"
           cp "$out/log/coresident_soak_$n.txt" "$out/log/$j.txt"
@@ -233,12 +252,12 @@ for stage in "$@"; do
         for v in no_end_barrier:oneshot_pull two_lamport_buffers:oneshot_lamport; do
           a=${v#*:}; v=${v%%:*}
           for n in 2 4 8; do
-            cores_run "${v}_$n" 0 150 "./build/arfusion-stress-$v" churn --co-resident --expect-failure \
+            cores_run "${v}_$n" 0 150 "./build/arfusion-stress-$v" --co-resident --expect-failure \
               --nranks "$n" -a "$a" "${narrow[@]}" --seconds 60 --timeout 2 --progress 0 \
               -J "$out/log/coresident_${v}_$n.json"
           done
           # The normal mode for the record: exit 1 (clean) says the gate hid the mutant there.
-          cores_run "${v}_normal_mode" info 120 "./build/arfusion-stress-$v" churn --expect-failure \
+          cores_run "${v}_normal_mode" info 120 "./build/arfusion-stress-$v" --expect-failure \
             --nranks 4 -a "$a" "${narrow[@]}" --seconds 30 --timeout 2 --progress 0 \
             -J "$out/log/coresident_${v}_normal_mode.json"
         done
@@ -246,18 +265,18 @@ for stage in "$@"; do
       one_queue=(--connections 1 --max-tokens 4 --in-flight 8 --skew-us 0 --host-skew-us 300
                  --foreign-block 256 --foreign-smem-kb 0 "${narrow[@]}" --timeout 2 --progress 0)
       if [[ " $parts " == *" controls "* ]]; then
-        cores_run no_gate_starvation 0 150 ./build/arfusion-stress-no_shared_device_gate churn --expect-failure \
+        cores_run no_gate_starvation 0 150 ./build/arfusion-stress-no_shared_device_gate --expect-failure \
           --nranks 2 "${narrow[@]}" --seconds 60 --timeout 2 --progress 0 -J "$out/log/coresident_no_gate_starvation.json"
-        cores_run no_return_wait_fifo 0 150 ./build/arfusion-stress-no_return_wait churn --expect-failure \
+        cores_run no_return_wait_fifo 0 150 ./build/arfusion-stress-no_return_wait --expect-failure \
           --nranks 4 "${one_queue[@]}" --seconds 60 -J "$out/log/coresident_no_return_wait_fifo.json"
       fi
       if [[ " $parts " == *" one_queue "* ]]; then
         for n in 2 4 8; do
-          cores_run "one_queue_release_$n" 0 120 ./build/arfusion-stress churn --nranks "$n" "${one_queue[@]}" \
+          cores_run "one_queue_release_$n" 0 120 ./build/arfusion-stress --nranks "$n" "${one_queue[@]}" \
             --seconds 30 -J "$out/log/coresident_one_queue_release_$n.json"
-          cores_run "one_queue_gate_only_$n" 0 120 ./build/arfusion-stress-no_return_wait churn --expect-failure \
+          cores_run "one_queue_gate_only_$n" 0 120 ./build/arfusion-stress-no_return_wait --expect-failure \
             --nranks "$n" "${one_queue[@]}" --seconds 30 -J "$out/log/coresident_one_queue_gate_only_$n.json"
-          cores_run "one_queue_no_gate_$n" 0 120 ./build/arfusion-stress-no_shared_device_gate churn \
+          cores_run "one_queue_no_gate_$n" 0 120 ./build/arfusion-stress-no_shared_device_gate \
             --nranks "$n" "${one_queue[@]}" --seconds 30 -J "$out/log/coresident_one_queue_no_gate_$n.json"
         done
         filter=--gtest_filter=SharedDevice.ForeignKernels*
@@ -275,7 +294,7 @@ for stage in "$@"; do
       [[ $gpus -ge 1 ]] || gpus=1
       mix=${ARF_VOLUME_MIX:-volume}
       ref=${ARF_VOLUME_REFERENCE:-rotate}  # who recomputes the expected outputs (--reference)
-      # The algorithms drawn, name[:weight] (churn -a): unfused also runs the forced fused calls
+      # The algorithms drawn, name[:weight] (arfusion-stress -a): unfused also runs the forced fused calls
       # that fall back, so a weight below the others' evens the calls per algorithm.
       algos=${ARF_VOLUME_ALGOS:-oneshot_lamport,oneshot_pull,twoshot,unfused}
       # The worlds run one after another: two worlds' soaks at once on one GPU (tried under one
@@ -286,8 +305,8 @@ for stage in "$@"; do
       for n in $worlds; do
         per_world=ARF_VOLUME_SECONDS_$n per_world_algos=ARF_VOLUME_ALGOS_$n
         for ((g = 0; g < gpus; g++)); do
-          s=$((seed + g + 100 * n)); j="$out/log/churn_volume_${n}_seed$s"
-          CUDA_VISIBLE_DEVICES=$g ./build/arfusion-stress churn --nranks "$n" \
+          s=$((seed + g + 100 * n)); j="$out/log/stress_volume_${n}_seed$s"
+          CUDA_VISIBLE_DEVICES=$g ./build/arfusion-stress --nranks "$n" \
             --seconds "${!per_world:-${ARF_VOLUME_SECONDS:-120}}" --mix "$mix" --reference "$ref" \
             --progress 0 --verify-calls -a "${!per_world_algos:-$algos}" --seed "$s" \
             -J "$j.json" > "$j.txt" 2>&1 &
@@ -296,27 +315,27 @@ for stage in "$@"; do
         for r in "${runs[@]}"; do
           IFS=: read -r pid rn rg rs <<< "$r"
           wait "$pid"; echo "volume $rn ranks, GPU $rg (seed $rs): exit $?"
-          tail -2 "$out/log/churn_volume_${rn}_seed$rs.txt"
+          tail -2 "$out/log/stress_volume_${rn}_seed$rs.txt"
         done
         runs=()
       done
       # Two processes on one GPU over the ipc transport (a calls budget: processes stop together),
       # time-sliced, or with ARF_VOLUME_MPS=1 under a private MPS daemon (their kernels at once).
       if [[ ${ARF_VOLUME_IPC_CALLS:-0} -gt 0 ]]; then
-        j="$out/log/churn_volume_ipc2_seed$seed"; mps=; prefix=()
+        j="$out/log/stress_volume_ipc2_seed$seed"; mps=; prefix=()
         if [[ ${ARF_VOLUME_MPS:-0} == 1 ]]; then
-          j="$out/log/churn_volume_ipc2_mps_seed$seed"; mps=" under MPS"; prefix=("${under_mps[@]}")
+          j="$out/log/stress_volume_ipc2_mps_seed$seed"; mps=" under MPS"; prefix=("${under_mps[@]}")
         fi
         timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" "${prefix[@]}" ./build/arfusion-run --timeout "${ARF_VOLUME_IPC_TIMEOUT:-900}" -n 2 -- \
-          ./build/arfusion-stress churn --calls "$ARF_VOLUME_IPC_CALLS" --mix "$mix" --reference "$ref" --progress 0 --verify-calls \
+          ./build/arfusion-stress --calls "$ARF_VOLUME_IPC_CALLS" --mix "$mix" --reference "$ref" --progress 0 --verify-calls \
           -a "$algos" --seed "$seed" --hash-dir "$j.hashes" -J "$j.json" \
           > "$j.txt" 2>&1
         echo "volume ipc 2 processes$mps (seed $seed): exit $?"; grep -E "SKIPPED|calls/s|RESULT" "$j.txt" | tail -3
       fi ;;
     soak_factors)
-      # Where the churn soak's device time goes at 8 virtual ranks (the world that bounds the
+      # Where the soak's device time goes at 8 virtual ranks (the world that bounds the
       # volume target): the same seed for ARF_FACTOR_SECONDS each, as configured and with one thing
-      # changed or left out. Files are factor_* (not churn_*): soak_tally.py does not count them.
+      # changed or left out. Files are factor_* (not stress_*): soak_tally.py does not count them.
       every=oneshot_lamport,oneshot_pull,twoshot,unfused
       for v in "default:$every:" "volume_mix:$every:--mix volume" "skew0:$every:--skew-us 0" "in_flight2:$every:--in-flight 2" \
                "light_foreign:$every:--foreign-block 256 --foreign-smem-kb 0" \
@@ -326,7 +345,7 @@ for stage in "$@"; do
                "only_nvfp4:$every:--patterns nvfp4" "only_twoshot:twoshot:" "only_pull:oneshot_pull:"; do
         IFS=: read -r name algos rest <<< "$v"; read -ra extra <<< "$rest"
         j="$out/log/factor_8_$name"
-        timeout 60 ./build/arfusion-stress churn --nranks 8 --seconds "${ARF_FACTOR_SECONDS:-10}" --progress 0 \
+        timeout 60 ./build/arfusion-stress --nranks 8 --seconds "${ARF_FACTOR_SECONDS:-10}" --progress 0 \
           --verify-calls -a "$algos" --seed 11 "${extra[@]}" -J "$j.json" > "$j.txt" 2>&1
         echo "factor $name: exit $?: $(grep -m1 'calls/s' "$j.txt")"
       done ;;
@@ -334,9 +353,9 @@ for stage in "$@"; do
       # ARF_REFERENCE_RATES=0: the negative controls only
       [[ ${ARF_REFERENCE_RATES:-1} == 0 ]] || for n in 8 2; do
         for ref in all rotate split; do
-          timeout 60 ./build/arfusion-stress churn --nranks "$n" --seconds 12 --progress 0 --verify-calls \
+          timeout 60 ./build/arfusion-stress --nranks "$n" --seconds 12 --progress 0 --verify-calls \
             --reference "$ref" --seed 7 -J "$out/log/reference_${n}_$ref.json" > "$out/log/reference_${n}_$ref.txt" 2>&1
-          echo "churn $n ranks, reference $ref: exit $?: $(grep 'calls/s' "$out/log/reference_${n}_$ref.txt")"
+          echo "soak $n ranks, reference $ref: exit $?: $(grep 'calls/s' "$out/log/reference_${n}_$ref.txt")"
         done
       done
       # The diagnostic libraries carry the unquantized bf16 kernels only; each control forces the
@@ -345,7 +364,7 @@ for stage in "$@"; do
         for v in no_end_barrier:oneshot_pull no_lamport_clear:oneshot_lamport; do
           a=${v#*:}; v=${v%%:*}; j="$out/log/reference_nc_${v}_$ref"
           mode=(); [[ $v == no_end_barrier ]] && mode=(--co-resident)  # on one GPU the gate hides it otherwise
-          timeout 90 "./build/arfusion-stress-$v" churn --expect-failure --nranks 4 --seconds 20 --timeout 2 \
+          timeout 90 "./build/arfusion-stress-$v" --expect-failure --nranks 4 --seconds 20 --timeout 2 \
             "${mode[@]}" --patterns allreduce,flat,residual_rmsnorm -a "$a" --reference "$ref" --progress 0 \
             -J "$j.json" > "$j.txt" 2>&1
           echo "negative control $v under $ref: exit $? (0 = caught)"; grep -E "^repeat|cross-rank" "$j.txt" | tail -3
@@ -378,9 +397,9 @@ for stage in "$@"; do
         LD_LIBRARY_PATH=$lp timeout 400 ./build/arfusion_gpu_tests > "$out/log/${name}_gpu_tests.txt" 2>&1
         echo "$name gpu tests: exit $?"; grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests ran" "$out/log/${name}_gpu_tests.txt" | tail -12
         for n in 2 8; do
-          LD_LIBRARY_PATH=$lp timeout 60 ./build/arfusion-stress churn --nranks "$n" --seconds 20 --progress 0 \
-            --verify-calls -J "$out/log/${name}_churn_$n.json" > "$out/log/${name}_churn_$n.txt" 2>&1
-          echo "$name churn $n ranks: exit $?"; tail -2 "$out/log/${name}_churn_$n.txt"
+          LD_LIBRARY_PATH=$lp timeout 60 ./build/arfusion-stress --nranks "$n" --seconds 20 --progress 0 \
+            --verify-calls -J "$out/log/${name}_stress_$n.json" > "$out/log/${name}_stress_$n.txt" 2>&1
+          echo "$name soak $n ranks: exit $?"; tail -2 "$out/log/${name}_stress_$n.txt"
         done
       done ;;
     world1_candidate)
@@ -417,10 +436,10 @@ for stage in "$@"; do
       calls=${ARF_MPS_CALLS:-2000}
       for mode in plain mps; do
         prefix=(); [[ $mode == plain ]] || prefix=("${under_mps[@]}")
-        timeout 300 "${prefix[@]}" ./build/arfusion-run --timeout 300 -n 2 -- ./build/arfusion-stress churn --calls "$calls" --progress 0 \
+        timeout 300 "${prefix[@]}" ./build/arfusion-run --timeout 300 -n 2 -- ./build/arfusion-stress --calls "$calls" --progress 0 \
           --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed 99 --hash-dir "$out/log/mps_${mode}.hashes" \
-          -J "$out/log/churn_mps_${mode}.json" > "$out/log/churn_mps_${mode}.txt" 2>&1
-        echo "ipc churn 2 processes ($mode): exit $?"; grep -E "SKIPPED|calls/s|RESULT" "$out/log/churn_mps_${mode}.txt" | tail -3
+          -J "$out/log/stress_mps_${mode}.json" > "$out/log/stress_mps_${mode}.txt" 2>&1
+        echo "ipc soak 2 processes ($mode): exit $?"; grep -E "SKIPPED|calls/s|RESULT" "$out/log/stress_mps_${mode}.txt" | tail -3
       done ;;
     zero_copy)
       ./build/arfusion_gpu_tests --gtest_filter='*InputBuffer*' > "$out/log/input_buffer_tests.txt" 2>&1
@@ -437,47 +456,69 @@ for stage in "$@"; do
           done
         done
       done ;;
+    contract)
+      timeout 540 ./build/arfusion_gpu_tests \
+        --gtest_filter='Watchdog*:CountersNearWrap*:VerifyCalls*:MixedPlacement*:MaxCtas*:Contract/Refusal*:CallMismatch*:BadCalls*' \
+        > "$out/log/contract_gpu_tests.txt" 2>&1
+      echo "contract gpu tests: exit $?"
+      grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests ran" "$out/log/contract_gpu_tests.txt" | tail -12
+      grep -E "^refusal " "$out/log/contract_gpu_tests.txt" | head -40
+      timeout 400 ./build/arfusion_ipc_tests --gtest_filter='Contract/IpcRefusal*:IpcNcclTeardown*' \
+        > "$out/log/contract_ipc_tests.txt" 2>&1
+      echo "contract ipc tests: exit $?"
+      grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests ran|drained after|arfCommDestroy with" \
+        "$out/log/contract_ipc_tests.txt" | tail -20
+      ARF_DEBUG_COUNTERS_NEAR_WRAP=${ARF_CONTRACT_WRAP:-1000} timeout 300 ./build/arfusion-stress \
+        --nranks 4 --calls 4000 --progress 0 --verify-calls -a oneshot_lamport,oneshot_pull,twoshot,unfused \
+        --seed 77 -J "$out/log/soak_near_wrap.json" > "$out/log/soak_near_wrap.txt" 2>&1
+      echo "soak across the counters' wrap: exit $?"; grep -E "calls/s|RESULT" "$out/log/soak_near_wrap.txt" | tail -3
+      ARF_DEBUG_COUNTERS_NEAR_WRAP=${ARF_CONTRACT_WRAP:-1000} timeout 300 ./build/arfusion-stress \
+        --co-resident --nranks 4 --calls 4000 --progress 0 --verify-calls \
+        -a oneshot_lamport,oneshot_pull,twoshot,unfused --seed 78 -J "$out/log/soak_near_wrap_coresident.json" \
+        > "$out/log/soak_near_wrap_coresident.txt" 2>&1
+      echo "soak across the counters' wrap, co-resident mode: exit $?"
+      grep -E "calls/s|RESULT" "$out/log/soak_near_wrap_coresident.txt" | tail -3
+      for n in ${ARF_CONTRACT_WORLDS:-2 4 8}; do
+        for round in 1 2; do
+          for bound in 0 ${ARF_CONTRACT_MAX_CTAS:-64 16}; do
+            j="$out/log/max_ctas_fused_${n}_${bound}.$round"
+            timeout 200 ./build/arfusion-bench --op fused --nranks "$n" -a auto,oneshot_lamport,twoshot \
+              --tokens 1,8,128,512,2048,8192 --hidden 8192 --max-ctas "$bound" -n 100 -G 3 -R 3 \
+              -J "$j.json" > "$j.txt" 2>&1
+            echo "bench fused $n ranks max_ctas $bound (round $round): exit $?"
+          done
+        done
+      done ;;
     ctest)
-      ctest --test-dir "${configured:-build}" -L gpu ${ARF_CTEST_INCLUDE:+-R "$ARF_CTEST_INCLUDE"} \
+      ctest --test-dir "${configured:-build}" -L gpu -j "${ARF_CTEST_JOBS:-4}" ${ARF_CTEST_INCLUDE:+-R "$ARF_CTEST_INCLUDE"} \
         ${ARF_CTEST_EXCLUDE:+-E "$ARF_CTEST_EXCLUDE"} \
         --output-on-failure > "$out/log/ctest_gpu.txt" 2>&1
       echo "ctest -L gpu: exit $?"; grep -E "Test +#|tests passed|Total Test" "$out/log/ctest_gpu.txt" | tail -30 ;;
     python)
-      OUT="$out/log/graphs" PYTHONPATH=python timeout 300 python3 dev/python/dump_post_grad_graphs.py \
+      # the package installed as a user installs it, with this build's library (the op library
+      # against this interpreter's torch); every tool below imports it from there
+      export ARF_PY_INSTALL_DIR=$(cd "$out" && pwd)/pyinstall
+      bash python/tests/install_package.sh "$ARF_PY_INSTALL_DIR" > "$out/log/python_install.txt" 2>&1
+      echo "package install: exit $?"; tail -3 "$out/log/python_install.txt"
+      OUT="$out/log/graphs" PYTHONPATH=$ARF_PY_INSTALL_DIR timeout 300 python3 dev/python/dump_post_grad_graphs.py \
         > "$out/log/graphs.txt" 2>&1
       echo "graph dump: exit $?"; tail -3 "$out/log/graphs.txt"
       timeout 540 bash python/tests/run_gpu_tests.sh ${ARF_PYTHON_ARGS:-} > "$out/log/python_gpu.txt" 2>&1
       echo "python gpu tests: exit $?"; grep -E "^(FAIL|SKIP)|passed|failed" "$out/log/python_gpu.txt" | tail -25
-      timeout 120 python3 dev/python/probe_fp8_scale_rounding.py > "$out/log/probe_fp8_scale.txt" 2>&1
+      PYTHONPATH=$ARF_PY_INSTALL_DIR timeout 120 python3 dev/python/probe_fp8_scale_rounding.py > "$out/log/probe_fp8_scale.txt" 2>&1
       echo "fp8 scale probe: exit $?"
-      timeout 200 python3 dev/python/bench_op_overhead.py "$out/log/op_overhead.json" > "$out/log/op_overhead.txt" 2>&1
+      PYTHONPATH=$ARF_PY_INSTALL_DIR timeout 200 python3 dev/python/bench_op_overhead.py "$out/log/op_overhead.json" > "$out/log/op_overhead.txt" 2>&1
       echo "op overhead: exit $?"; tail -15 "$out/log/op_overhead.txt" ;;
-    native)
-      timeout 180 python3 -m arfusion.torch.build_ops > "$out/log/native_build.txt" 2>&1
-      echo "native ops build: exit $?"; tail -3 "$out/log/native_build.txt"
-      if [[ -n ${ARF_OPS_BASELINE:-} ]]; then
-        base=$(mktemp -d); cp -r python "$base/"; cp "$ARF_OPS_BASELINE" "$base/python/arfusion/torch/csrc/ops_stable.cc"
-        rm -rf "$base/python/arfusion/torch/_native_build"
-        PYTHONPATH=$base/python ARFUSION_INCLUDE=$PWD/include timeout 180 python3 -m arfusion.torch.build_ops \
-          > "$out/log/native_build_baseline.txt" 2>&1
-        echo "baseline ops build: exit $?"
-        for i in 1 2; do
-          for side in baseline current; do
-            pp=$PWD/python; [[ $side == baseline ]] && pp=$base/python
-            PYTHONPATH=$pp ARFUSION_TORCH_OPS=cpp timeout 200 python3 "$pp/tools/bench_op_overhead.py" \
-              "$out/log/op_overhead_ab_${side}_$i.json" > "$out/log/op_overhead_ab_${side}_$i.txt" 2>&1
-            echo "op overhead A/B ($side, round $i): exit $?"; grep -E "^(ctypes_raw|op_)" "$out/log/op_overhead_ab_${side}_$i.txt"
-          done
-        done
-      fi
-      for b in python cpp; do
-        ARFUSION_TORCH_OPS=$b timeout 200 python3 dev/python/bench_op_overhead.py \
-          "$out/log/op_overhead_$b.json" > "$out/log/op_overhead_$b.txt" 2>&1
-        echo "op overhead ($b ops): exit $?"; grep -E "^(ctypes|op_|comm_)" "$out/log/op_overhead_$b.txt"
-      done
-      timeout 400 bash python/tests/run_gpu_tests.sh --cpp-ops ${ARF_NATIVE_ARGS:---worlds 2} \
-        > "$out/log/python_gpu_cpp_ops.txt" 2>&1
-      echo "python gpu tests (cpp ops): exit $?"; grep -E "^ops backend|^(FAIL|SKIP)|passed|failed" "$out/log/python_gpu_cpp_ops.txt" | tail -12 ;;
+    hf_models)
+      export ARF_PY_INSTALL_DIR=$(cd "$out" && pwd)/pyinstall
+      timeout 600 bash python/tests/run_hf_models_gpu.sh --json "$out/log/hf_models.json" \
+        > "$out/log/hf_models.txt" 2>&1
+      echo "hf models: exit $?"; grep -E "^(FAIL|SKIPPED)" "$out/log/hf_models.txt" | head -20
+      sed -n '/^model /,$p' "$out/log/hf_models.txt"
+      timeout 400 bash python/tests/run_hf_models_gpu.sh --negative-controls \
+        --json "$out/log/hf_models_controls.json" > "$out/log/hf_models_controls.txt" 2>&1
+      echo "hf models negative controls: exit $? (0: every fault caught)"
+      sed -n '/^model /,$p' "$out/log/hf_models_controls.txt" ;;
     build)
       cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DARF_SHARED=ON \
         -DARF_BUILD_NEGATIVE_CONTROLS=ON > "$out/log/configure.txt" 2>&1 &&

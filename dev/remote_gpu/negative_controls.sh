@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the debug-stall and negative-control variants of the library (cmake/stress.cmake) into
-# ./build-nc and runs them: the debug-stall soak must find ZERO wrong elements, and each negative
-# control must be DETECTED by arfusion-stress (exit 0 of --expect-corruption); a hang, a crash or a
-# timeout never counts as a detection. Each run's JSON summary (first bad call, rank, row, element)
-# lands in OUT_DIR.
+# ./build-nc and runs them: the debug-stall soaks must find ZERO wrong elements, and each negative
+# control must be DETECTED by arfusion-stress (exit 0 of --expect-failure: a wrong element, an
+# expired wait or an asynchronous error); a crash or a setup error never counts as a detection.
+# Each run's JSON report (first bad call, rank, row, element; errors) lands in OUT_DIR.
 #
 # Usage: bash dev/remote_gpu/negative_controls.sh [OUT_DIR]      (default: negative_controls_out)
 #   JOBS=N                 build parallelism (default: nproc)
@@ -25,7 +25,8 @@ if [[ -z ${ARF_NC_BUILD:-} ]]; then
   targets=(arfusion-stress arfusion-stress-debug_stall arfusion-stress-no_end_barrier
            arfusion-stress-relaxed_flags arfusion-stress-no_lamport_clear
            arfusion-stress-two_lamport_buffers arfusion-stress-no_shared_device_gate
-           arfusion-stress-no_return_wait)
+           arfusion-stress-no_return_wait arfusion_gpu_tests_no_shared_device_gate
+           arfusion_gpu_tests_no_return_wait)
   start=$SECONDS
   cmake --build build-nc -j "${JOBS:-$(nproc)}" --target "${targets[@]}" > "$out/build.log" 2>&1 ||
     { grep -E "error|FAILED" "$out/build.log" | head -20; exit 1; }
@@ -35,20 +36,25 @@ fi
 test_dir=$(sed -n 's/^# Build directory: //p' "$nc_build/CTestTestfile.cmake" 2>/dev/null)
 [[ -n $test_dir && -e $test_dir ]] || test_dir=$nc_build
 
-ctest --test-dir "$test_dir" -R '^(negative_|stress_debug_stall$)' --output-on-failure 2>&1 |
+ctest --test-dir "$test_dir" -R '^(negative_|stress_debug_stall)' --output-on-failure 2>&1 |
   tee "$out/ctest.log"
 rc=${PIPESTATUS[0]}
-cp "$test_dir"/negative_*.json "$test_dir"/stress_debug_stall.json "$out/" 2>/dev/null
-for f in "$out"/negative_*.json "$out"/stress_debug_stall.json; do
+cp "$test_dir"/negative_*.json "$test_dir"/stress_debug_stall*.json "$out/" 2>/dev/null
+for f in "$out"/negative_*.json "$out"/stress_debug_stall*.json; do
   [[ -f $f ]] || continue
   python3 - "$f" <<'EOF' 2>/dev/null || true
 import json, sys
 j = json.load(open(sys.argv[1]))
-fb = j.get("first_bad") or {}
-print(f"{sys.argv[1]}: build {j['library_build']}, calls {j['calls']}, wrong {j['wrong_elements']}, "
-      f"cross-rank {j['cross_rank_mismatches']}, timeouts {j['timeouts']}, exit {j['exit_code']}"
-      + (f", first bad call {fb['call']} rank {fb['rank']} {fb['output']} row {fb['row']} col {fb['col']}"
-         if fb else ""))
+for rep in j.get("repeats", []):
+    ranks = rep.get("ranks", [])
+    fails = [f"rank {r['rank']} {r['failure']}: {r.get('message', '')[:120]}" for r in ranks if r.get("failure") != "none"]
+    bad = next((r for r in ranks if r.get("first_bad")), None)
+    first = (f", first bad call {bad['first_bad']['call']} rank {bad['rank']} {bad['first_bad']['output']} "
+             f"row {bad['first_bad']['row']} col {bad['first_bad']['col']}" if bad else "")
+    print(f"{sys.argv[1]}: library {j.get('library_variant')}, calls {rep.get('issued_calls')}, "
+          f"wrong {rep.get('wrong_elements')} ({rep.get('wrong_before_first_lost_call')} before the first "
+          f"lost call), cross-rank {rep.get('cross_rank', {})}, exit {j.get('exit_code')}{first}"
+          + ("; " + "; ".join(fails) if fails else ""))
 EOF
 done
 exit "$rc"

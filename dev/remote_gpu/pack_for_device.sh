@@ -30,7 +30,8 @@ files=(build/libarfusion.so build/arfusion_gpu_tests build/arfusion_ipc_tests bu
        build/arfusion-bench build/arfusion-stress
        build/arfusion_cpu_tests build/CTestTestfile.cmake)
 # Negative-control and debug-stall variants, when the build has them (-DARF_BUILD_NEGATIVE_CONTROLS=ON).
-for f in build/libarfusion_nc_*.so build/libarfusion_debug_stall.so build/libarfusion_diag.so build/arfusion-stress-*; do
+for f in build/libarfusion_nc_*.so build/libarfusion_debug_stall.so build/libarfusion_diag.so build/arfusion-stress-* \
+         build/arfusion_gpu_tests_no_*; do
   [[ -e $f ]] && files+=("$f")
 done
 for f in "$@"; do files+=("build/$f"); done

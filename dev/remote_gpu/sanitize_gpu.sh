@@ -79,6 +79,6 @@ run_tool racecheck --tool racecheck --racecheck-report hazard -- "$tests" --gtes
 run_tool synccheck --tool synccheck -- "$tests" --gtest_filter="$synccheck_filter"
 if [[ -x $stress ]]; then
   run_tool memcheck_stress --tool memcheck -- "$stress" --nranks 2 --calls 60 --max-tokens 96 \
-    --sets 4 --skew-us 0 --progress 0 --timeout 60
+    --max-hidden 4096 --skew-us 0 --progress 0 --timeout 60
 fi
 exit $status
