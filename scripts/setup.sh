@@ -6,6 +6,12 @@
 # archive; where nothing can be installed it names what to install and exits 1. Then configures
 # and builds. Idempotent, and silent until the configure step when everything is present.
 #
+# ccache, when present (an optional package, installed with apt-get on the first setup of a build
+# directory), compiles a new build directory: setup.sh configures one with ccache as the compiler
+# launcher unless ARF_CMAKE_ARGS names a launcher, and CCACHE_BASEDIR defaults to the repository,
+# so another build directory of the same sources (the Python package's build-python/, which
+# `pip install ./python` makes with ccache too) is a cache hit rather than a second full build.
+#
 # Knobs: ARF_BUILD_TYPE (default Release); ARF_CMAKE_ARGS (extra configure arguments, also used
 # when looking for the packages, e.g. -DCMAKE_PREFIX_PATH=/opt/deps); CXX (the C++ compiler);
 # CUDA_HOME (where to look for nvcc); ARF_SETUP_NO_INSTALL=1 (report what is missing, never
@@ -110,6 +116,10 @@ check() {
   find_nvcc || want nvcc "" "the CUDA toolkit 12.8+ (nvcc on PATH, or CUDA_HOME=...; not an apt package here)"
   command -v pkg-config >/dev/null 2>&1 || want pkg-config pkg-config "pkg-config or pkgconf (the package check uses it)"
   command -v git >/dev/null 2>&1 || want git git "git (only names the commit in results)"
+  command -v spin >/dev/null 2>&1 ||
+    want spin spin "spin, the model checker of the protocol model tests (ctest lists them as skipped without it)"
+  command -v ccache >/dev/null 2>&1 ||
+    want ccache ccache "ccache (optional: a second build directory of the same sources, e.g. the Python package's, is a cache hit)"
   if [[ -n $cxx && -z ${missing[cmake]:-} ]] && { ((${#generator[@]})) || [[ -n ${CMAKE_GENERATOR:-} ]]; }; then
     if ! probe_cmake_packages; then
       want probe "" "a CMake configuration that works: a test project with $cxx failed:
@@ -127,11 +137,12 @@ $(grep -iE -A2 'error' "$probe_dir/probe.log" | grep -v 'See also' | head -8)"
   fi
 }
 
-# Needed to build and test; git, and ninja while make exists, are not.
+# Needed to build and test; git, spin (its tests skip), ccache (optional), and ninja while make
+# exists, are not.
 blocking() {
   local k
   for k in "${!missing[@]}"; do
-    [[ $k == git ]] && continue
+    [[ $k == git || $k == spin || $k == ccache ]] && continue
     [[ $k == ninja ]] && command -v make >/dev/null 2>&1 && continue
     echo "$k"
   done
@@ -154,15 +165,23 @@ apt_install() {  # Debian package names; fails when apt-get is absent, not allow
 
 tried_apt=0
 check
-# apt-get only when something needed is missing (the optional ones come along then), so a machine
-# that only lacks git or ninja does not ask a package archive on every run.
-if [[ -n $(blocking) ]]; then
+# apt-get only when something needed is missing (the optional ones come along then), or when
+# ccache is missing on the first setup of the build directory, so a machine that only lacks git or
+# ninja does not ask a package archive on every run.
+build_dir=${ARF_BUILD_DIR:-build}
+if [[ -n $(blocking) || ( -n ${missing[ccache]:-} && ! -f $build_dir/CMakeCache.txt ) ]]; then
   packages=()
-  for k in "${!missing[@]}"; do [[ -n ${missing[$k]} ]] && packages+=("${missing[$k]}"); done
+  for k in "${!missing[@]}"; do [[ $k != spin && -n ${missing[$k]} ]] && packages+=("${missing[$k]}"); done
   if ((${#packages[@]})) && apt_install "${packages[@]}"; then
     hash -r
     check
   fi
+fi
+# spin, which the CPU tests need, on its own: an archive without it must not keep the build's
+# packages from installing.
+if [[ -n ${missing[spin]:-} ]] && apt_install spin; then
+  hash -r
+  check
 fi
 if ((${#missing[@]})); then
   mapfile -t fatal < <(blocking | sort)
@@ -186,7 +205,6 @@ fi
 # ---- configure and build ----------------------------------------------------------------------
 # An existing build keeps its generator (CMake refuses to switch one).
 pick_generator || true
-build_dir=${ARF_BUILD_DIR:-build}
 cached=$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$build_dir/CMakeCache.txt" 2>/dev/null || true)
 if [[ -n $cached ]]; then
   generator=()
@@ -198,7 +216,14 @@ elif [[ ${generator[*]:-} == "-G Unix Makefiles" ]]; then
   say "ninja not found: configuring $build_dir/ with the Make generator"
 fi
 build_type=${ARF_BUILD_TYPE:-Release}
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+  if [[ -z $cached && ${ARF_CMAKE_ARGS:-} != *COMPILER_LAUNCHER* ]]; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  fi
+fi
 cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE="$build_type" \
-  -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" "${extra_args[@]}"
+  -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" "${launcher[@]}" "${extra_args[@]}"
 read -r -a targets <<<"${ARF_BUILD_TARGETS:-}"
 cmake --build "$build_dir" -j "$(nproc)" ${targets[0]:+--target "${targets[@]}"}

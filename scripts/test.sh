@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The test command: set up + build, then run every test. Without a GPU the GPU suite reports
 # "SKIPPED: no CUDA device visible" and ctest lists it as skipped (never as passed).
+# The Python package's CPU tests (ctest python_cpu, python_torch_cpu_*) install it with its one
+# install command into venvs cached under ${XDG_CACHE_HOME:-$HOME/.cache}/arfusion: the first run
+# makes them (torch 2.10.0 and 2.15.0, numpy and transformers from PyPI, ~7 GB each), later runs reuse
+# them; the package's own build (build-python/) is a ccache hit of this build's objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
