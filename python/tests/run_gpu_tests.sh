@@ -10,33 +10,8 @@
 # Exit 77 (skipped) without torch >= 2.10 with CUDA or a GPU, with a "SKIPPED: ..." line.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
-py="${ARF_PYTHON:-python3}"
-if ! command -v "$py" >/dev/null 2>&1; then
-  echo "SKIPPED: no $py"
-  exit 77
-fi
-why=$("$py" - <<'PY' 2>&1
-try:
-    import torch
-except ImportError:
-    print("torch is not installed"); raise SystemExit(77)
-v = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-if v < (2, 10):
-    print(f"torch {torch.__version__} < 2.10"); raise SystemExit(77)
-if not torch.cuda.is_available():
-    print("no CUDA device visible"); raise SystemExit(77)
-PY
-)
-rc=$?
-if ((rc == 77)); then
-  echo "SKIPPED: $why"
-  exit 77
-elif ((rc != 0)); then
-  echo "FAILED: checking for torch: $why"
-  exit 1
-fi
-dir=${ARF_PY_INSTALL_DIR:-$repo/build-python/gpu-install}
-bash "$here/install_package.sh" "$dir" || exit 1
-export PYTHONPATH="$dir"
-exec "$py" "$here/gpu/run_gpu_tests.py" "$@"
+source "$here/package_env.sh"
+arf_skip_without_interpreter
+arf_skip_without_torch --cuda
+arf_install_package
+exec "$arf_py" "$here/gpu/run_gpu_tests.py" "$@"
