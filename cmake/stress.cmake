@@ -92,7 +92,8 @@ if(ARF_BUILD_TESTS)
     ${ARF_STRESS_DIR}/test_schedule.cc ${ARF_STRESS_DIR}/test_steps.cc
     ${ARF_STRESS_DIR}/test_options.cc ${ARF_STRESS_DIR}/test_replay_csv.cc
     ${ARF_STRESS_DIR}/test_cross_rank.cc ${ARF_STRESS_DIR}/test_call_args.cc
-    ${ARF_STRESS_DIR}/test_segment_times.cc ${ARF_STRESS_DIR}/test_self_test.cc)
+    ${ARF_STRESS_DIR}/test_segment_times.cc ${ARF_STRESS_DIR}/test_self_test.cc
+    ${ARF_STRESS_DIR}/test_sandwich.cc)
   target_link_libraries(arfusion_stress_tests PRIVATE arfusion_stress_core arfusion GTest::gtest_main)
   target_compile_definitions(arfusion_stress_tests PRIVATE
     ARF_STRESS_REPRO_CSV="${CMAKE_CURRENT_SOURCE_DIR}/tests/data/lamport-stall-world2.csv")
@@ -107,6 +108,12 @@ if(ARF_BUILD_TESTS)
     arf_add_stress_test(stress_soak_${n} gpu $<TARGET_FILE:arfusion-stress> --nranks ${n} --seconds 20
       --progress 5 -J ${CMAKE_CURRENT_BINARY_DIR}/stress_soak_${n}.json)
   endforeach()
+  # Sandwich calls (post_gamma, API v6; off in the other soaks): half the norm-pattern calls,
+  # which the library runs only with ARF_EXPERIMENTAL_SANDWICH=1 (the soak refuses the option
+  # without it), so the test sets it for this process alone.
+  arf_add_stress_test(stress_soak_sandwich_2 gpu $<TARGET_FILE:arfusion-stress> --nranks 2
+    --sandwich-share 0.5 --seconds 20 --progress 5 -J ${CMAKE_CURRENT_BINARY_DIR}/stress_soak_sandwich_2.json)
+  set_tests_properties(stress_soak_sandwich_2 PROPERTIES ENVIRONMENT ARF_EXPERIMENTAL_SANDWICH=1)
   # CUDA graphs: 8 windows of 4 calls captured per rank, replayed with new data in about three
   # steps of four; the capacity lower, since each call of a window has its own tensors.
   arf_add_stress_test(stress_soak_graphs gpu $<TARGET_FILE:arfusion-stress> --nranks 8 --graphs 8

@@ -117,6 +117,9 @@ std::string RankBuffers::allocate_tensors(Tensors* t) {
   if (!(why = alloc(&p, elems * 2, "cudaMalloc(allreduce_out)")).empty()) return why;
   t->allreduce_out = static_cast<uint16_t*>(p);
   if (!(why = alloc(&t->gamma, static_cast<size_t>(sizes.max_hidden) * 4, "cudaMalloc(gamma)")).empty()) return why;
+  if (!(why = alloc(&t->post_gamma, static_cast<size_t>(sizes.max_hidden) * 4, "cudaMalloc(post_gamma)")).empty()) {
+    return why;
+  }
   if (!(why = alloc(&p, elems, "cudaMalloc(quant_out)")).empty()) return why;
   t->quant_out = static_cast<uint8_t*>(p);
   if (!(why = alloc(&p, static_cast<size_t>(sizes.scale_bytes), "cudaMalloc(scale_out)")).empty()) return why;

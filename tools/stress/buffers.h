@@ -39,6 +39,7 @@ struct Tensors {
   uint16_t* norm_out = nullptr;
   uint16_t* allreduce_out = nullptr;
   void* gamma = nullptr;  // max_hidden fp32
+  void* post_gamma = nullptr;  // max_hidden fp32 (sandwich calls)
   uint8_t* quant_out = nullptr;
   uint8_t* scale_out = nullptr;
   float* scale_in = nullptr;

@@ -17,6 +17,7 @@ arfFusedArgs_t fused_args(const CallSpec& c, arfDataType_t dtype, const TensorSe
   a.residual_out = (c.residual_in_place && !c.residual_null) ? t.residual_in : t.residual_out;
   a.norm_out = c.norm_out_is_input ? t.input : t.norm_out;
   a.gamma = t.gamma;
+  a.post_gamma = c.sandwich ? t.post_gamma : nullptr;  // replaces shape_args' dummy
   if (pat_is_quant(c.pattern)) {
     a.quant_out = t.quant_out;
     a.scale_out = pat_has_scale_out(c.pattern) ? t.scale_out : nullptr;
@@ -82,6 +83,8 @@ DeviceCall device_call(const CallSpec& c, const RunConstants& k, uint32_t rank, 
   d.residual_out = static_cast<const uint16_t*>(a.residual_out);
   d.norm_out = static_cast<const uint16_t*>(a.norm_out);
   d.gamma = t.gamma;
+  d.sandwich = c.sandwich ? 1 : 0;
+  d.post_gamma = const_cast<void*>(a.post_gamma);
   d.input_is_output = a.norm_out == a.input ? 1 : 0;
   d.residual_is_output = (a.residual_in != nullptr && a.residual_out == a.residual_in) ? 1 : 0;
   if (pat_is_quant(c.pattern)) {

@@ -8,8 +8,9 @@
 //  - norm patterns: residual_in = NULL when residual_null, residual_out = residual_in when in place,
 //    norm_out = input when norm_out_is_input; quantized patterns always get norm_out (side output,
 //    checked), quant_out, scale_out when the pattern writes scales, scale_in when it reads one;
+//    post_gamma only for a sandwich call (NULL otherwise, as a version 1-5 caller passes it);
 //  - an input buffer that is also an output of the call is never overwritten with garbage
-//    (input_is_output, residual_is_output); gamma and scale_in always are;
+//    (input_is_output, residual_is_output); gamma, post_gamma and scale_in always are;
 //  - reference: which of the call's rows this rank recomputes the expected outputs of
 //    (reference_units).
 #pragma once
@@ -30,6 +31,7 @@ struct TensorSet {
   uint16_t* norm_out = nullptr;
   uint16_t* allreduce_out = nullptr;
   void* gamma = nullptr;
+  void* post_gamma = nullptr;  // sandwich calls' (same dtype and length as gamma)
   uint8_t* quant_out = nullptr;
   uint8_t* scale_out = nullptr;
   float* scale_in = nullptr;

@@ -65,6 +65,10 @@ const char* reference_mode_name(ReferenceMode m) {
   return "?";
 }
 
+// The address of a static object: non-NULL and 16-byte aligned, should a planner ever look.
+alignas(16) static const unsigned char kShapePostGammaDummy[16] = {};
+const void* const kShapePostGamma = kShapePostGammaDummy;
+
 arfFusedArgs_t shape_args(const CallSpec& c, arfDataType_t dtype) {
   arfFusedArgs_t a;
   arfFusedArgsInit(&a);
@@ -78,6 +82,7 @@ arfFusedArgs_t shape_args(const CallSpec& c, arfDataType_t dtype) {
     a.gamma_plus_one = c.gamma_plus_one ? 1 : 0;
     a.eps = c.eps;
     a.norm_rounding = c.rounding;
+    if (c.sandwich) a.post_gamma = kShapePostGamma;
   }
   if (pat_is_quant(c.pattern)) {
     a.scale_layout = c.layout;

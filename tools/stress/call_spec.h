@@ -84,6 +84,10 @@ struct CallSpec {
   bool gamma_plus_one = false;
   float eps = 1e-6f;
   arfNormRounding_t rounding = arfNormRoundOnce;
+  // Sandwich call (API v6, norm patterns only): post_gamma set, so residual_out = round(h +
+  // residual_in) with h = round(RMSNorm(sum) * post_gamma) (arfusion.h, Numerics). post_gamma's
+  // data follows per_rank_residual_gamma, gamma_fp32 and gamma_plus_one like gamma's.
+  bool sandwich = false;
 
   // Quantized patterns.
   arfScaleLayout_t layout = arfScaleRowMajor;
@@ -107,7 +111,10 @@ struct CallSpec {
 };
 
 // arfFusedArgs_t of a call (shape, pattern, algorithm, options) with NULL pointers: what
-// arfPlanShape / arfPlanFromFacts need. The rank loop fills the pointers (call_args.h).
+// arfPlanShape / arfPlanFromFacts need. The rank loop fills the pointers (call_args.h). The one
+// exception: a sandwich call's post_gamma is a non-NULL dummy (kShapePostGamma), since whether it
+// is NULL is part of the shape those functions plan (arfusion.h, arfPlanShape); never dereferenced.
 arfFusedArgs_t shape_args(const CallSpec& c, arfDataType_t dtype);
+extern const void* const kShapePostGamma;
 
 }  // namespace arf::stress

@@ -10,8 +10,8 @@
 //    1/16 (exact), with ~1/64 specials: +0, -0, tiny positive or negative subnormal;
 //  - a row is never all zero: element i with i % 8 == 7 is never special and never zero, and
 //    every legal hidden (a multiple of 8) holds whole groups of 8;
-//  - residual and gamma of a call are one copy for all ranks (key rank kSharedRank) unless the
-//    call has per-rank residual/gamma.
+//  - residual, gamma and post_gamma of a call are one copy for all ranks (key rank kSharedRank)
+//    unless the call has per-rank residual/gamma.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,7 @@ enum DataStream : uint32_t {
   kStreamScaleIn = 6,
   kStreamOutputHash = 7,
   kStreamInputBuffer = 8,
+  kStreamPostGamma = 9,  // a sandwich call's post_gamma: like gamma's, another stream
 };
 
 // The rank id of data every rank shares (residual, gamma, scale_in of a replicated call).

@@ -34,6 +34,7 @@ TensorSet tensor_set(const Tensors& t) {
   s.norm_out = t.norm_out;
   s.allreduce_out = t.allreduce_out;
   s.gamma = t.gamma;
+  s.post_gamma = t.post_gamma;
   s.quant_out = t.quant_out;
   s.scale_out = t.scale_out;
   s.scale_in = t.scale_in;

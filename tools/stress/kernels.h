@@ -1,7 +1,7 @@
 // The soak's own ("foreign") kernels around every collective, on the rank's stream:
 //   generate  -> the arfusion call -> overwrite -> check
 //  - generate: spins on %globaltimer for the (call, rank) delay (data_gen.h skew_ns), then writes
-//    fresh input, residual_in, gamma and *scale_in, and fills scale_out with 0xA5 (so padding the
+//    fresh input, residual_in, gamma, post_gamma (sandwich calls) and *scale_in, and fills scale_out with 0xA5 (so padding the
 //    library must zero cannot pass by accident);
 //  - overwrite: garbage into every input buffer that is not also an output of the call (a reader
 //    that is late, i.e. a protocol slip, then sees garbage);
@@ -38,6 +38,7 @@ struct DeviceCall {
   uint32_t per_rank = 0;        // per-rank residual/gamma
   uint32_t residual_null = 0;
   uint32_t before_weight = 0;   // arfNormRoundBeforeWeight
+  uint32_t sandwich = 0;        // post_gamma set (numerics.h sandwich_residual_ok)
   uint32_t layout = 0;          // ScaleLayoutId
   uint32_t format = 0;          // arfScaleFormat_t (FP8 per-group)
   uint32_t comparable = 1;      // outputs must match across ranks
@@ -61,6 +62,7 @@ struct DeviceCall {
   const uint16_t* norm_out = nullptr;
   const uint16_t* allreduce_out = nullptr;
   void* gamma = nullptr;
+  void* post_gamma = nullptr;   // sandwich calls only; gamma's dtype and length
   const uint8_t* quant_out = nullptr;
   uint8_t* scale_out = nullptr;
   float* scale_in = nullptr;

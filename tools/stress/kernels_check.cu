@@ -1,13 +1,15 @@
 // The check kernel of the soak: every output of one call on one rank against the numerics
 // contract (numerics.h) and the quantization rules (quant_rules.h), with the expected values
 // recomputed from the data hash of EVERY rank (data_gen.h) — nothing the library wrote is trusted
-// except the outputs under test (and, for quant_out/scale_out, its own norm_out, by design).
+// except the outputs under test (and, for quant_out/scale_out, its own norm_out, by design; for a
+// sandwich call's norm_out, its own residual_out, checked first: the contract derives the one from
+// the other, and residual_out may be any of the values an accepted h gives).
 //
 // Layout: CTA b checks rows b, b+G, ... (flat/allreduce: a grid-stride over elements). Per row:
 // pass A (all-reduce, residual_out, sum of squares in double, y cached in dynamic shared memory
-// when the row fits), a block reduction, pass B (norm_out; FP8 per-tensor codes; per-token amax),
-// pass C (per-token codes, or per group/block, one lane group of a warp per block: amax, scale
-// rule, codes). Then a grid-stride over the whole scale buffer (hash, padding == 0). Verdicts: per-CTA sums, device atomics, and the
+// when the row fits; sandwich calls first a pass A0 over the sum for h's scale), a block
+// reduction, pass B (norm_out; FP8 per-tensor codes; per-token amax), pass C (per-token codes, or
+// per group/block, one lane group of a warp per block: amax, scale rule, codes). Then a grid-stride over the whole scale buffer (hash, padding == 0). Verdicts: per-CTA sums, device atomics, and the
 // last CTA publishes the rank's counters to the pinned mirror (counters.h).
 #include <cuda_runtime.h>
 
@@ -41,6 +43,7 @@ struct Ctx {
   }
 };
 
+// gamma's or (gbase of kStreamPostGamma) post_gamma's value: both of gamma's dtype.
 __device__ float gamma_value(const DeviceCall& c, uint64_t gbase, int64_t col, Act dt) {
   return c.gamma_fp32 ? data_value32(gbase, static_cast<uint64_t>(col))
                       : to_float(data_value16(gbase, static_cast<uint64_t>(col), dt), dt);
@@ -142,6 +145,8 @@ __device__ void check_rows(Ctx& k, const uint64_t* in_base, float* ycache, bool 
   const uint32_t data_rank = shared_data_rank(c.per_rank != 0, c.rank);
   const uint64_t res_base = stream_base(c.seed, c.call, data_rank, kStreamResidual);
   const uint64_t gbase = stream_base(c.seed, c.call, data_rank, kStreamGamma);
+  const uint64_t pbase = stream_base(c.seed, c.call, data_rank, kStreamPostGamma);
+  const bool sandwich = c.sandwich != 0;
   const uint64_t rbase = output_base(c.call, kOutResidual);
   const uint64_t nbase = output_base(c.call, kOutNorm);
   const uint64_t qbase = output_base(c.call, kOutQuant);
@@ -156,7 +161,22 @@ __device__ void check_rows(Ctx& k, const uint64_t* in_base, float* ycache, bool 
   // rank's own outputs and runs anyway.
   for (int64_t row = blockIdx.x; row < c.tokens; row += gridDim.x) {
     const bool reference = reference_unit(c, row);
-    // Pass A: all-reduce -> residual_out (bitwise), sum of squares of the expected residual.
+    // Sandwich calls, pass A0: the rounded sum's sum of squares, for h's scale s_h (the sum
+    // cached in ycache; pass A overwrites each entry with residual_out in the same thread).
+    double s_h = 0.0;
+    if (sandwich && reference) {
+      double sumsq_ar = 0.0;
+      for (int64_t col = threadIdx.x; col < c.hidden; col += blockDim.x) {
+        const uint64_t i = static_cast<uint64_t>(row * c.hidden + col);
+        const float a = to_float(expected_allreduce(in_base, c.world, i, dt), dt);
+        sumsq_ar += static_cast<double>(a) * static_cast<double>(a);
+        if (cached) ycache[col] = a;
+      }
+      s_h = rms_scale(block_sum(sumsq_ar, dscratch), c.hidden, c.eps);
+    }
+    // Pass A: all-reduce -> residual_out (bitwise; sandwich calls: reachable from an accepted h,
+    // numerics.h sandwich_residual_ok), sum of squares of the residual the norm reads: the
+    // expected one, or for sandwich calls (several are right) the one the library wrote.
     double sumsq = 0.0;
     for (int64_t col = threadIdx.x; col < c.hidden; col += blockDim.x) {
       const uint64_t i = static_cast<uint64_t>(row * c.hidden + col);
@@ -164,12 +184,25 @@ __device__ void check_rows(Ctx& k, const uint64_t* in_base, float* ycache, bool 
         k.hash += output_term(rbase, i, c.residual_out[i]);
         continue;
       }
-      const uint16_t ar = expected_allreduce(in_base, c.world, i, dt);
-      const uint16_t want = c.residual_null ? ar : residual_rule(ar, data_value16(res_base, i, dt), dt);
       const uint16_t got = c.residual_out[i];
-      if (got != want) k.bad(kOutResidual, row, col, got, want);
+      float y;
+      if (sandwich) {
+        const double a = cached ? static_cast<double>(ycache[col])
+                                : static_cast<double>(to_float(expected_allreduce(in_base, c.world, i, dt), dt));
+        const double pg = static_cast<double>(gamma_value(c, pbase, col, dt)) + plus;
+        const uint16_t res = c.residual_null ? 0 : data_value16(res_base, i, dt);
+        if (!sandwich_residual_ok(got, a, s_h, pg, c.before_weight, c.residual_null != 0, res, dt)) {
+          k.bad(kOutResidual, row, col, got,
+                sandwich_residual_want_bits(a, s_h, pg, c.before_weight, c.residual_null != 0, res, dt));
+        }
+        y = to_float(got, dt);
+      } else {
+        const uint16_t ar = expected_allreduce(in_base, c.world, i, dt);
+        const uint16_t want = c.residual_null ? ar : residual_rule(ar, data_value16(res_base, i, dt), dt);
+        if (got != want) k.bad(kOutResidual, row, col, got, want);
+        y = to_float(want, dt);
+      }
       k.hash += output_term(rbase, i, got);
-      const float y = to_float(want, dt);
       sumsq += static_cast<double>(y) * static_cast<double>(y);
       if (cached) ycache[col] = y;
     }
@@ -183,6 +216,8 @@ __device__ void check_rows(Ctx& k, const uint64_t* in_base, float* ycache, bool 
         float y;
         if (cached) {
           y = ycache[col];
+        } else if (sandwich) {
+          y = to_float(c.residual_out[i], dt);  // what pass A read (and checked)
         } else {
           const uint16_t ar = expected_allreduce(in_base, c.world, i, dt);
           y = to_float(c.residual_null ? ar : residual_rule(ar, data_value16(res_base, i, dt), dt), dt);

@@ -45,11 +45,16 @@ __global__ void __launch_bounds__(1024) generate_kernel(DeviceCall c) {
       }
     }
     const uint64_t gbase = stream_base(c.seed, c.call, data_rank, kStreamGamma);
+    const uint64_t pbase = stream_base(c.seed, c.call, data_rank, kStreamPostGamma);
     for (int64_t i = first; i < c.hidden; i += stride) {
       if (c.gamma_fp32) {
         static_cast<float*>(c.gamma)[i] = data_value32(gbase, static_cast<uint64_t>(i));
+        if (c.post_gamma != nullptr) static_cast<float*>(c.post_gamma)[i] = data_value32(pbase, static_cast<uint64_t>(i));
       } else {
         static_cast<uint16_t*>(c.gamma)[i] = data_value16(gbase, static_cast<uint64_t>(i), dt);
+        if (c.post_gamma != nullptr) {
+          static_cast<uint16_t*>(c.post_gamma)[i] = data_value16(pbase, static_cast<uint64_t>(i), dt);
+        }
       }
     }
   }
@@ -78,10 +83,13 @@ __global__ void __launch_bounds__(1024) overwrite_kernel(DeviceCall c) {
     }
     for (int64_t i = first; i < c.hidden; i += stride) {
       const uint64_t k = static_cast<uint64_t>(i) + (uint64_t{2} << 40);
+      const uint64_t kp = static_cast<uint64_t>(i) + (uint64_t{4} << 40);
       if (c.gamma_fp32) {
         static_cast<uint32_t*>(c.gamma)[i] = garbage32(base, k);
+        if (c.post_gamma != nullptr) static_cast<uint32_t*>(c.post_gamma)[i] = garbage32(base, kp);
       } else {
         static_cast<uint16_t*>(c.gamma)[i] = garbage16(base, k);
+        if (c.post_gamma != nullptr) static_cast<uint16_t*>(c.post_gamma)[i] = garbage16(base, kp);
       }
     }
   }

@@ -171,4 +171,98 @@ STRESS_HD inline uint16_t norm_want_bits(double y, double s, double g, int befor
   return round_double(before_weight_candidates(y * s, g, dt).a, dt);
 }
 
+// ---- sandwich calls (post_gamma set) -------------------------------------------------------------
+//
+// Contract (arfusion.h, Numerics): h = the norm of the rounded sum by the norm_out rules with
+// post_gamma for gamma (same eps, gamma_plus_one, norm_rounding), rounded to the dtype, within the
+// same tolerance as norm_out; residual_out = round(float(h) + float(residual_in)) from that h (= h
+// without residual_in). h is written nowhere, so residual_out is accepted when SOME h the norm rule
+// accepts (norm_element_ok with the sum for y and post_gamma for g) gives it bitwise. No interval
+// shortcut: when h's spacing is coarser than residual_out's, values between two reachable results
+// are not reachable and are rejected.
+
+// Value order of the non-NaN 16-bit values of either dtype as an integer: -Inf lowest, -0 just
+// below +0, +Inf highest (both dtypes are sign-magnitude).
+STRESS_HD inline uint32_t order_key16(uint16_t b) {
+  return (b & 0x8000u) ? 0x7FFFu - (b & 0x7FFFu) : 0x8000u + b;
+}
+STRESS_HD inline uint16_t from_order_key16(uint32_t k) {
+  return k >= 0x8000u ? static_cast<uint16_t>(k - 0x8000u) : static_cast<uint16_t>(0x8000u | (0x7FFFu - k));
+}
+STRESS_HD inline bool is_nan16(uint16_t b, Act dt) {
+  return dt == Act::kFp16 ? (b & 0x7FFFu) > 0x7C00u : (b & 0x7FFFu) > 0x7F80u;
+}
+
+// residual_out for a given h: the residual rule with h in the sum's place.
+STRESS_HD inline uint16_t sandwich_residual_of(uint16_t h, bool residual_null, uint16_t residual, Act dt) {
+  return residual_null ? h : residual_rule(h, residual, dt);
+}
+
+// Whether `got` is the residual_out of some h with norm_accept(h, exact): those h are round(exact)
+// and the dtype values within norm_within_tolerance of exact, consecutive in value order, and
+// residual_out is non-decreasing in h (one fp32 add, one rounding), so a binary search over that
+// run finds the smallest h whose residual_out is >= got, and got is reachable iff it equals it.
+STRESS_HD inline bool sandwich_residual_reachable(uint16_t got, double exact, bool residual_null,
+                                                  uint16_t residual, Act dt) {
+  const uint16_t nearest = round_double(exact, dt);
+  if (sandwich_residual_of(nearest, residual_null, residual, dt) == got) return true;
+  if (!is_finite_d(exact) || is_nan16(got, dt)) return false;  // NaN/Inf h: round(exact) alone
+  // The run of accepted h: start at round(exact), step outwards while the neighbour is accepted.
+  // The tolerance spans at most a few dtype steps above 2^-20 or so; below that the 1e-6 absolute
+  // part spans many, so the ends are found by bisection of the key distance instead of stepping.
+  const uint32_t centre = order_key16(nearest);
+  const uint32_t lowest = order_key16(dt == Act::kFp16 ? 0xFC00u : 0xFF80u);   // -Inf
+  const uint32_t highest = order_key16(dt == Act::kFp16 ? 0x7C00u : 0x7F80u);  // +Inf
+  uint32_t lo = centre, hi = centre;
+  {  // lo: the lowest accepted key at or below centre (accepted keys below centre are consecutive)
+    uint32_t step = 1;
+    while (lo >= lowest + step && norm_within_tolerance(from_order_key16(lo - step), exact, dt)) {
+      lo -= step;
+      step *= 2;
+    }
+    for (; step > 0; step /= 2) {
+      if (lo >= lowest + step && norm_within_tolerance(from_order_key16(lo - step), exact, dt)) lo -= step;
+    }
+  }
+  {
+    uint32_t step = 1;
+    while (hi + step <= highest && norm_within_tolerance(from_order_key16(hi + step), exact, dt)) {
+      hi += step;
+      step *= 2;
+    }
+    for (; step > 0; step /= 2) {
+      if (hi + step <= highest && norm_within_tolerance(from_order_key16(hi + step), exact, dt)) hi += step;
+    }
+  }
+  // Smallest key in [lo, hi] whose residual_out is >= got in value order.
+  const uint32_t want = order_key16(got);
+  uint32_t a = lo, b = hi + 1;  // answer in [a, b]; b = none
+  while (a < b) {
+    const uint32_t m = a + (b - a) / 2;
+    if (order_key16(sandwich_residual_of(from_order_key16(m), residual_null, residual, dt)) >= want) {
+      b = m;
+    } else {
+      a = m + 1;
+    }
+  }
+  return a <= hi && sandwich_residual_of(from_order_key16(a), residual_null, residual, dt) == got;
+}
+
+// The whole sandwich rule for one residual_out element: ar (the rounded sum's value), s_h
+// (rms_scale of the rounded sum's row), pg (post_gamma value, +1 already applied in double), the
+// rounding mode (0 once, 1 before weight: both intermediates, as norm_element_ok), the residual.
+STRESS_HD inline bool sandwich_residual_ok(uint16_t got, double ar, double s_h, double pg, int before_weight,
+                                           bool residual_null, uint16_t residual, Act dt) {
+  if (!before_weight) return sandwich_residual_reachable(got, ar * s_h * pg, residual_null, residual, dt);
+  const Candidates c = before_weight_candidates(ar * s_h, pg, dt);
+  return sandwich_residual_reachable(got, c.a, residual_null, residual, dt) ||
+         sandwich_residual_reachable(got, c.b, residual_null, residual, dt);
+}
+
+// The want bits reported for a wrong sandwich residual_out: from the rounding of h's exact value.
+STRESS_HD inline uint16_t sandwich_residual_want_bits(double ar, double s_h, double pg, int before_weight,
+                                                      bool residual_null, uint16_t residual, Act dt) {
+  return sandwich_residual_of(norm_want_bits(ar, s_h, pg, before_weight, dt), residual_null, residual, dt);
+}
+
 }  // namespace arf::stress

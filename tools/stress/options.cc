@@ -152,6 +152,22 @@ void validate(StressOptions& o, int nranks, bool placement_given, const std::str
   }
 }
 
+// --sandwich-share: only where the library offers the calls, only with a pattern that has a norm,
+// and not with --replay (the CSV says which calls are sandwich calls: column post_gamma).
+void validate_sandwich(const StressOptions& o, const EnvLookup& env) {
+  if (!(o.sandwich_share > 0.0)) return;
+  const std::string why = sandwich_refusal("--sandwich-share", env);
+  if (!why.empty()) throw CLI::ValidationError("--sandwich-share", why);
+  if (o.replay()) {
+    throw CLI::ValidationError("--sandwich-share", "cannot be combined with --replay: the CSV's "
+                               "post_gamma column says which calls are sandwich calls");
+  }
+  if (std::none_of(o.patterns.begin(), o.patterns.end(), pat_has_norm)) {
+    throw CLI::ValidationError("--sandwich-share", "no pattern of --patterns has a norm (allreduce "
+                               "and flat take no post_gamma)");
+  }
+}
+
 std::string join_argv(int argc, char** argv) {
   std::ostringstream out;
   for (int i = 0; i < argc; ++i) out << (i ? " " : "") << argv[i];
@@ -159,6 +175,19 @@ std::string join_argv(int argc, char** argv) {
 }
 
 }  // namespace
+
+bool sandwich_enabled(const EnvLookup& env) {
+  const char* v = env("ARF_EXPERIMENTAL_SANDWICH");
+  return v != nullptr && std::string(v) == "1";
+}
+
+std::string sandwich_refusal(const std::string& what, const EnvLookup& env) {
+  if (sandwich_enabled(env)) return "";
+  return what + " asks for sandwich calls (post_gamma, API v6), which the library refuses "
+         "(arfUnsupported) until their GPU verification has passed, unless the process sets "
+         "ARF_EXPERIMENTAL_SANDWICH=1: set ARF_EXPERIMENTAL_SANDWICH=1 in the environment (testing "
+         "only; every rank alike), or leave sandwich calls out";
+}
 
 std::vector<Pat> parse_pattern_list(const std::string& list) {
   std::vector<Pat> out;
@@ -252,6 +281,10 @@ std::optional<StressOptions> parse_stress_options(int argc, char** argv, int* ex
                  "capacity) or volume (2% full capacity, the rest of those and most large calls at "
                  "full grid: fewer bytes per call, the same kinds of call)")
       ->check(CLI::IsMember({"engine", "volume"}))->capture_default_str();
+  app.add_option("--sandwich-share", o.sandwich_share,
+                 "share (0..1) of norm-pattern calls that are sandwich calls (post_gamma set, API v6; "
+                 "default 0); needs ARF_EXPERIMENTAL_SANDWICH=1 in the environment")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--skew-us", o.skew_us, "device delay per (call, rank) before the inputs, 0..this")
       ->check(CLI::Range(0, 1000000))->capture_default_str();
   app.add_option("--host-skew-us", o.host_skew_us, "host busy-wait before 1/4 of the calls, 0..this")
@@ -330,6 +363,7 @@ std::optional<StressOptions> parse_stress_options(int argc, char** argv, int* ex
     o.algos = std::move(draw.algos);
     o.algo_weights = std::move(draw.weights);
     validate(o, nranks, devices->count() > 0 || nr->count() > 0, hiddens, env);
+    validate_sandwich(o, env);
     std::vector<std::string> rank_stream_options;
     for (CLI::Option* opt : {foreign_block, foreign_smem, foreign_grid, time_segments}) {
       if (opt->count() > 0) rank_stream_options.push_back(opt->get_name());
@@ -364,6 +398,7 @@ ScheduleOptions schedule_options(const StressOptions& o) {
   so.hiddens = o.hiddens;
   so.max_tokens = o.max_tokens;
   so.mix = o.mix;
+  so.sandwich_share = o.sandwich_share;
   return so;
 }
 

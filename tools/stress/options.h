@@ -51,6 +51,10 @@ struct StressOptions {
   uint64_t calls_per_algorithm = 0;  // stop once every listed algorithm issued this many
   uint64_t seed = 1;
   TokenMix mix = TokenMix::kEngine;  // how token counts are drawn (schedule.h)
+  // Sandwich calls (post_gamma, API v6): the share of norm-pattern calls that get post_gamma
+  // (schedule.h). Off by default; refused unless ARF_EXPERIMENTAL_SANDWICH=1 is set, the variable
+  // without which the library refuses every such call (arfUnsupported).
+  double sandwich_share = 0.0;
 
   // CUDA graphs (steps.h): windows captured per rank and replayed with new data, mixed with eager
   // calls (0: every call eager).
@@ -120,6 +124,13 @@ struct StressOptions {
 };
 
 using EnvLookup = std::function<const char*(const char*)>;
+
+// Whether the environment offers sandwich calls: ARF_EXPERIMENTAL_SANDWICH is exactly "1", the
+// library's own test (any other value and the library refuses them).
+bool sandwich_enabled(const EnvLookup& env);
+// Why a run with sandwich calls cannot start here ("" when it can); `what` names the option or
+// file that asks for them.
+std::string sandwich_refusal(const std::string& what, const EnvLookup& env);
 
 // nullopt with *exit_code set on --help or an error (the message already printed).
 std::optional<StressOptions> parse_stress_options(int argc, char** argv, int* exit_code,

@@ -93,6 +93,8 @@ CallSpec parse_row(const Row& r) {
   c.gamma_fp32 = r.flag("gamma_fp32");
   c.gamma_plus_one = r.flag("gamma_plus_one");
   c.residual_null = r.flag("residual_null");
+  c.sandwich = r.flag("post_gamma");
+  if (c.sandwich && !pat_has_norm(c.pattern)) throw std::invalid_argument("post_gamma with a pattern without a norm");
   if (c.residual_null) c.residual_in_place = false;
   if (r.has("eps")) c.eps = to_float(r.text("eps"));
   c.wait_after = !r.flag("issued_back_to_back");
@@ -169,7 +171,7 @@ std::string replay_csv_header() {
   return "call,skipped,pattern,flat,algo,tokens,hidden,residual_in_place,norm_out_is_input,"
          "allreduce_out_is_input,per_rank_residual_and_gamma,gamma_fp32,gamma_plus_one,eps,"
          "issued_back_to_back,grid,block,residual_null,norm_rounding,scale_layout,scale_format,"
-         "fallback,flat_count";
+         "fallback,flat_count,post_gamma";
 }
 
 std::string replay_csv_row(const CallSpec& c) {
@@ -183,7 +185,7 @@ std::string replay_csv_row(const CallSpec& c) {
     << ',' << c.gamma_plus_one << ',' << eps << ',' << (c.wait_after ? 0 : 1) << ','
     << c.plan_grid << ',' << c.plan_block << ',' << c.residual_null << ','
     << static_cast<int>(c.rounding) << ',' << static_cast<int>(c.layout) << ','
-    << static_cast<int>(c.format) << ',' << static_cast<int>(c.fallback) << ',' << c.flat_count;
+    << static_cast<int>(c.format) << ',' << static_cast<int>(c.fallback) << ',' << c.flat_count << ',' << c.sandwich;
   return o.str();
 }
 

@@ -8,7 +8,8 @@
 // allreduce_out_is_input, per_rank_residual_and_gamma, gamma_fp32, gamma_plus_one [0], eps [1e-6],
 // issued_back_to_back [0] (0: the host waits for the call's check before issuing the next),
 // grid, block [0: not recorded]; and the columns this tool adds: residual_null, norm_rounding
-// (arfNormRounding_t), scale_layout, scale_format, fallback (enum values), flat_count.
+// (arfNormRounding_t), scale_layout, scale_format, fallback (enum values), flat_count, post_gamma
+// [0] (1: a sandwich call, norm patterns only; replaying one needs ARF_EXPERIMENTAL_SANDWICH=1).
 // Unknown columns are ignored. Rows marked skipped are kept (and not issued).
 #pragma once
 

@@ -94,7 +94,9 @@ nlohmann::json repeat_json(const RepeatReport& r) {
                   {"per_rank_residual_gamma", s.per_rank_data},
                   {"gamma_fp32", s.gamma_fp32},
                   {"gamma_plus_one", s.gamma_plus_one},
-                  {"norm_round_before_weight", s.round_before_weight}};
+                  {"norm_round_before_weight", s.round_before_weight},
+                  {"sandwich", s.sandwich}};
+  j["sandwich_per_pattern"] = json_map(s.sandwich_per_pattern);
   j["replay_plan_differs_from_recorded"] = s.plan_mismatch_recorded;
   j["ranks_issued_the_same_calls"] = r.stats_agree;
   j["wrong_elements"] = total_wrong(r);
@@ -225,6 +227,11 @@ void print_report(const StressOptions& o, const RunReport& r) {
     for (const auto& [k, v] : s.per_hidden) std::printf(" %" PRId64 "=%" PRIu64, k, v);
     std::printf("\n#   %-18s", "tokens");
     for (const auto& [k, v] : s.per_token_kind) std::printf(" %s=%" PRIu64, k.c_str(), v);
+    if (o.sandwich_share > 0.0 || s.sandwich > 0) {
+      std::printf("\n#   %-18s %" PRIu64 " (--sandwich-share %g):", "sandwich", s.sandwich,
+                  o.sandwich_share);
+      for (const auto& [k, v] : s.sandwich_per_pattern) std::printf(" %s=%" PRIu64, k.c_str(), v);
+    }
     std::printf("\n#   %-6s %10s %12s %12s %10s  %s\n", "rank", "checked", "wrong", "wrong<lost", "in buffer",
                 "failure");
     for (const RankReport& k : rep.ranks) {
@@ -283,6 +290,7 @@ bool write_json(const std::string& path, const StressOptions& o, const RunReport
   j["max_hidden"] = o.max_hidden;
   j["seed"] = o.seed;
   j["token_mix"] = token_mix_name(o.mix);
+  j["sandwich_share"] = o.sandwich_share;
   j["co_resident"] = o.co_resident;  // the co-resident test mode (docs/protocol.md)
   j["graphs"] = {{"windows", o.graphs}, {"window", o.window}};
   j["in_flight"] = o.in_flight;

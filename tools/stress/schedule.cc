@@ -157,8 +157,15 @@ int64_t Rng::log_uniform(int64_t lo, int64_t hi) {
 
 const char* token_mix_name(TokenMix m) { return m == TokenMix::kVolume ? "volume" : "engine"; }
 
+uint32_t sandwich_numerator(double share) {
+  if (!(share > 0.0)) return 0;
+  if (share >= 1.0) return kSandwichDen;
+  return static_cast<uint32_t>(std::llround(share * kSandwichDen));
+}
+
 Generator::Generator(const ScheduleOptions& o, const BoundaryTable* table, PlanOracle oracle)
-    : o_(o), table_(table), oracle_(std::move(oracle)), rng_(o.seed ^ 0x636875726E21ull) {
+    : o_(o), table_(table), oracle_(std::move(oracle)), rng_(o.seed ^ 0x636875726E21ull),
+      sandwich_rng_(o.seed ^ 0x73616E6477696368ull), sandwich_num_(sandwich_numerator(o.sandwich_share)) {
   std::sort(o_.hiddens.begin(), o_.hiddens.end());
   capacity_elems_ = o_.max_tokens * o_.hiddens.back();
 }
@@ -319,6 +326,7 @@ CallSpec Generator::next() {
   draw_tokens(&c, hiddens_for(c.pattern, o_.hiddens));
   previous_hidden_ = c.hidden;
   draw_options(&c);
+  if (sandwich_num_ > 0 && pat_has_norm(c.pattern)) c.sandwich = sandwich_rng_.chance(sandwich_num_, kSandwichDen);
   plan(&c);
   return c;
 }

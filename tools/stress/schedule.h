@@ -20,6 +20,9 @@
 // call at full grid counts as large for starting a tiny-after-large pair. Grid transitions, the
 // protocol's concern, stay as frequent; large byte counts (clears, bounds) become rarer.
 //
+// Sandwich calls (ScheduleOptions::sandwich_share, off by default): that share of the norm-pattern
+// calls gets post_gamma (call_spec.h CallSpec::sandwich).
+//
 // A call the planner refuses is first retried with the default fallback level, then with the
 // default scale layout/format; still refused, it is marked skipped (the same on every rank).
 #pragma once
@@ -71,7 +74,15 @@ struct ScheduleOptions {
   std::vector<int64_t> hiddens;  // ascending, multiples of 8, <= max_hidden
   int64_t max_tokens = 2048;
   TokenMix mix = TokenMix::kEngine;
+  // The share of norm-pattern calls that are sandwich calls (post_gamma set), in [0, 1]. Drawn
+  // from a stream of its own, one draw per norm-pattern call and none at 0, so every other field
+  // of the schedule is the same at any share (and at 0 the same as before the option existed).
+  double sandwich_share = 0.0;
 };
+
+// The share as the numerator over kSandwichDen that Rng::chance draws with (rounded to nearest).
+inline constexpr uint32_t kSandwichDen = 1000000;
+uint32_t sandwich_numerator(double share);
 
 // The hiddens a pattern may use: multiples of its quantization block (128 / 16 / 32).
 std::vector<int64_t> hiddens_for(Pat p, const std::vector<int64_t>& hiddens);
@@ -134,6 +145,8 @@ class Generator {
   const BoundaryTable* table_;
   PlanOracle oracle_;
   Rng rng_;
+  Rng sandwich_rng_;  // sandwich draws only (ScheduleOptions::sandwich_share)
+  uint32_t sandwich_num_ = 0;
   int64_t previous_hidden_ = 0;
   int pending_ = 0;  // 1: next is tiny-after-large, 2: next is large-after-tiny
   int64_t capacity_elems_ = 0;

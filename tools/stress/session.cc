@@ -80,6 +80,11 @@ std::string Session::setup(RunReport* report) {
                " x " + std::to_string(c.hidden) + ") exceeds --max-tokens/--max-hidden";
       }
       hiddens.push_back(c.hidden);
+      if (c.sandwich) {
+        const std::string no = sandwich_refusal(o_.replay_path + " (call " + std::to_string(c.index) + ", column post_gamma)",
+                                                [](const char* name) { return static_cast<const char*>(std::getenv(name)); });
+        if (!no.empty()) return no;
+      }
     }
     replay_ = std::move(f.calls);
   }

@@ -25,6 +25,10 @@ void IssueStats::record_issued(const CallSpec& c) {
     gamma_fp32 += c.gamma_fp32;
     gamma_plus_one += c.gamma_plus_one;
     round_before_weight += c.rounding == arfNormRoundBeforeWeight;
+    if (c.sandwich) {
+      ++sandwich;
+      ++sandwich_per_pattern[pat_name(c.pattern)];
+    }
   } else {
     allreduce_out_is_input += c.allreduce_out_is_input;
   }
@@ -43,7 +47,8 @@ bool IssueStats::operator==(const IssueStats& o) const {
   return issued == o.issued && skipped == o.skipped && per_algorithm == o.per_algorithm &&
          per_plan_algorithm == o.per_plan_algorithm && per_pattern == o.per_pattern &&
          per_hidden == o.per_hidden && per_token_kind == o.per_token_kind &&
-         tiny_after_large == o.tiny_after_large && full_capacity == o.full_capacity;
+         tiny_after_large == o.tiny_after_large && full_capacity == o.full_capacity &&
+         sandwich_per_pattern == o.sandwich_per_pattern;
 }
 
 bool every_algorithm_reached(const IssueStats& s, const std::vector<arfAlgorithm_t>& algos, uint64_t n) {

@@ -25,6 +25,8 @@ struct IssueStats {
   uint64_t full_capacity = 0;     // max_tokens at the largest hidden
   uint64_t residual_null = 0, residual_in_place = 0, norm_out_is_input = 0, allreduce_out_is_input = 0;
   uint64_t per_rank_data = 0, gamma_fp32 = 0, gamma_plus_one = 0, round_before_weight = 0;
+  std::map<std::string, uint64_t> sandwich_per_pattern;  // sandwich calls (post_gamma set)
+  uint64_t sandwich = 0;
   uint64_t plan_mismatch_recorded = 0;  // replay: arfPlan's grid/block != the CSV's
   int64_t largest_elements = 0;         // tokens * hidden of the largest issued call
 
