@@ -346,9 +346,11 @@ class Communicator:
                    gamma_dtype: torch.dtype | None = None, gamma_plus_one: bool = False,
                    eps: float = 1e-6, norm_rounding: int = 0, algorithm: int = 0,
                    scale_layout: int = 0, scale_format: int = 0,
-                   fallback: int = 0, scale_rule: int = 0) -> _arf.arfFusedArgs_t:
-        """An arfFusedArgs_t describing a call's shape (no pointers), for plans. dtype: the
-        activation dtype of the call (default the communicator's; another one is the library's to
+                   fallback: int = 0, scale_rule: int = 0,
+                   sandwich: bool = False) -> _arf.arfFusedArgs_t:
+        """An arfFusedArgs_t describing a call's shape (no pointers but post_gamma's dummy 1 for a
+        sandwich call: the planner reads whether it is NULL), for plans. dtype: the activation
+        dtype of the call (default the communicator's; another one is the library's to
         refuse)."""
         adt = _arf_dtype(dtype) if dtype is not None else self._arf_dtype
         gdt = TORCH_TO_ARF_DTYPE[gamma_dtype] if gamma_dtype is not None else adt
@@ -358,16 +360,17 @@ class Communicator:
                                gamma_plus_one=int(bool(gamma_plus_one)), eps=float(eps),
                                scale_layout=int(scale_layout), scale_format=int(scale_format),
                                fallback=int(fallback), norm_rounding=int(norm_rounding),
-                               scale_rule=int(scale_rule))
+                               scale_rule=int(scale_rule), post_gamma=1 if sandwich else None)
 
     def plan(self, num_tokens: int, hidden: int, *, quant: str | None = None,
              gamma_dtype: torch.dtype | None = None, gamma_plus_one: bool = False,
              norm_rounding: str = "once", algorithm: str = "auto",
              scale_layout: str = "row_major", scale_format: str = "fp32",
              fallback: int = 0, allreduce: bool = False,
-             scale_rule: str = "divide") -> _arf.Plan:
+             scale_rule: str = "divide", sandwich: bool = False) -> _arf.Plan:
         """arfPlanShape for a call of this shape: which algorithm, grid and kernels it would run
-        (identical on every rank). Raises ArfError where the call would be refused."""
+        (identical on every rank). sandwich: a call with post_weight. Raises ArfError where the
+        call would be refused."""
         pattern = (_lib.Pattern.AllReduce if allreduce else _opargs.quant_pattern(quant))
         args = self.shape_args(pattern, hidden, num_tokens, gamma_dtype=gamma_dtype,
                                gamma_plus_one=gamma_plus_one,
@@ -375,7 +378,8 @@ class Communicator:
                                algorithm=_opargs.algorithm_value(algorithm),
                                scale_layout=_opargs.scale_layout_value(scale_layout),
                                scale_format=_opargs.scale_format_value(scale_format),
-                               fallback=fallback, scale_rule=_opargs.scale_rule_value(scale_rule))
+                               fallback=fallback, scale_rule=_opargs.scale_rule_value(scale_rule),
+                               sandwich=sandwich)
         return self._comm.plan_shape(args)
 
     def plan_shape(self, args: _arf.arfFusedArgs_t) -> _arf.Plan:
@@ -395,11 +399,12 @@ class Communicator:
     @_op_errors
     def fused_add_rms_norm_out(self, input, residual, weight, eps: float = 1e-6, *,
                                gamma_plus_one: bool = False, norm_rounding: str = "once",
-                               algorithm: str = "auto"):
+                               algorithm: str = "auto", post_weight=None):
         """Returns (norm_out, residual_out); residual None = first layer (residual_out = the
-        all-reduce)."""
+        all-reduce). post_weight: a sandwich call (arfusion.torch.ops documents it)."""
         return torch.ops.arfusion.fused_add_rms_norm_out(input, residual, weight, eps, self.name,
-                                                         gamma_plus_one, norm_rounding, algorithm)
+                                                         gamma_plus_one, norm_rounding, algorithm,
+                                                         post_weight)
 
     @_op_errors
     def fused_add_rms_norm_quant(self, input, residual, weight, eps: float = 1e-6, *, quant: str,
@@ -407,13 +412,13 @@ class Communicator:
                                  scale_format: str = "fp32", with_norm: bool = False,
                                  gamma_plus_one: bool = False, norm_rounding: str = "once",
                                  algorithm: str = "auto", fallback: int = 0,
-                                 scale_rule: str = "divide"):
+                                 scale_rule: str = "divide", post_weight=None):
         """Returns (quant_out, scale_out, residual_out, norm_out); see
         arfusion.torch.ops.fused_add_rms_norm_quant (scale_rule "times_reciprocal": the dynamic
-        FP8 scales torch itself computes on a GPU)."""
+        FP8 scales torch itself computes on a GPU; post_weight: a sandwich call)."""
         return torch.ops.arfusion.fused_add_rms_norm_quant(
             input, residual, weight, scale, eps, self.name, quant, scale_layout, scale_format,
-            with_norm, gamma_plus_one, norm_rounding, algorithm, fallback, scale_rule)
+            with_norm, gamma_plus_one, norm_rounding, algorithm, fallback, scale_rule, post_weight)
 
     @_op_errors
     def all_reduce(self, input):

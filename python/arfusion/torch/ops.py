@@ -29,14 +29,22 @@ Ops (T = input.numel() // H rows, H = input.shape[-1]):
                      bool gamma_plus_one=False, str norm_rounding="once", str algorithm="auto") -> ()
       in place, the engines' fused_add_rms_norm convention: residual := all_reduce(input) +
       residual; input := RMSNorm(residual) * weight.
-  fused_add_rms_norm_out(Tensor input, Tensor? residual, Tensor weight, float eps, str comm, ...)
+  fused_add_rms_norm_out(Tensor input, Tensor? residual, Tensor weight, float eps, str comm, ...,
+                         Tensor? post_weight=None)
       -> (norm_out, residual_out); residual None (first layer): residual_out = all_reduce(input).
+      post_weight set: a sandwich call (Gemma 2/3's norm after the all-reduce, before the residual
+      add): h = RMSNorm(all_reduce(input)) * post_weight rounded to the dtype (never returned),
+      residual_out = h + residual (= h without a residual), norm_out = RMSNorm(residual_out) *
+      weight; post_weight has weight's dtype and shares its eps, gamma_plus_one and
+      norm_rounding. Not offered yet: the library refuses it (ArfError, arfUnsupported) unless
+      ARF_EXPERIMENTAL_SANDWICH=1 until its GPU tests have passed.
   fused_add_rms_norm_quant(Tensor input, Tensor? residual, Tensor weight, Tensor? scale,
                      float eps, str comm, str quant, str scale_layout="row_major",
                      str scale_format="fp32", bool with_norm=False, bool gamma_plus_one=False,
                      str norm_rounding="once", str algorithm="auto", int fallback=0,
-                     str scale_rule="divide")
-      -> (quant_out, scale_out, residual_out, norm_out). quant_out and scale_out are shaped as
+                     str scale_rule="divide", Tensor? post_weight=None)
+      -> (quant_out, scale_out, residual_out, norm_out); post_weight as for
+      fused_add_rms_norm_out (the quantization reads the second norm). quant_out and scale_out are shaped as
       the library lays them out (arfQuantOutputLayout in arfusion.h; in Python
       arfusion.quant_output_layout): quant_out float8_e4m3fn [..., H] (FP8) or uint8 [..., H/2]
       (packed e2m1, even element in the low nibble); scale_out every byte of arfScaleBufferBytes,
@@ -100,14 +108,14 @@ def _fused_add_rms_norm_fake(input, residual, weight, eps, comm, gamma_plus_one=
 
 
 def _fused_add_rms_norm_out_fake(input, residual, weight, eps, comm, gamma_plus_one=False,
-                                 norm_rounding="once", algorithm="auto"):
+                                 norm_rounding="once", algorithm="auto", post_weight=None):
     return input.new_empty(input.shape), input.new_empty(input.shape)
 
 
 def _fused_add_rms_norm_quant_fake(input, residual, weight, scale, eps, comm, quant,
                                    scale_layout="row_major", scale_format="fp32", with_norm=False,
                                    gamma_plus_one=False, norm_rounding="once", algorithm="auto",
-                                   fallback=0, scale_rule="divide"):
+                                   fallback=0, scale_rule="divide", post_weight=None):
     rows, hidden = _rows_hidden(input)
     q_shape, q_dtype, s_shape, s_dtype = quant_output_spec(quant, scale_layout, scale_format, rows,
                                                            hidden, input.shape[:-1])

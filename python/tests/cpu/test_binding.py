@@ -413,6 +413,30 @@ class PlannerTest(unittest.TestCase):
                 self.assertEqual(p, self.plan(dict(world_size=2), num_tokens=8, hidden=hidden,
                                               pattern=pattern))  # the rule does not change plans
 
+    def test_sandwich_calls_are_offered_only_on_request(self):
+        # post_gamma (any non-NULL value: plans read only whether it is set) asks for a sandwich
+        # call, which the library refuses until ARF_EXPERIMENTAL_SANDWICH=1 (its GPU verification
+        # is pending); then every algorithm plans it and says so
+        args = dict(num_tokens=8, hidden=4096, post_gamma=1)
+        old = os.environ.pop("ARF_EXPERIMENTAL_SANDWICH", None)
+        try:
+            with self.assertRaises(ArfError) as cm:
+                self.plan(dict(world_size=2), **args)
+            self.assertEqual(cm.exception.status, "arfUnsupported")
+            self.assertIn("ARF_EXPERIMENTAL_SANDWICH", cm.exception.message)
+            os.environ["ARF_EXPERIMENTAL_SANDWICH"] = "1"
+            p = self.plan(dict(world_size=2), **args)
+            self.assertIn("sandwich", p.reason)
+            self.assertEqual(p.algorithm, self.plan(dict(world_size=2), num_tokens=8,
+                                                    hidden=4096).algorithm)
+            with self.assertRaises(ArfError) as cm:
+                self.plan(dict(world_size=2), pattern=Pattern.AllReduce, **args)
+            self.assertEqual(cm.exception.status, "arfInvalidArgument")
+        finally:
+            os.environ.pop("ARF_EXPERIMENTAL_SANDWICH", None)
+            if old is not None:
+                os.environ["ARF_EXPERIMENTAL_SANDWICH"] = old
+
     def test_same_facts_same_plan(self):
         for t in (1, 7, 64, 513, 1024):
             a = self.plan(dict(world_size=8), num_tokens=t, hidden=8192)

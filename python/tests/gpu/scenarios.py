@@ -655,8 +655,8 @@ def creation(ctx):
 # ---- suites: several scenarios in one set of rank processes ------------------------------------
 
 SUITES = {
-    2: ("core", "opchecks", "graphs", "creation", "compiled", "timeout"),
-    4: ("core_quick", "graphs", "timeout"),
+    2: ("core", "opchecks", "graphs", "creation", "compiled", "sandwich", "timeout"),
+    4: ("core_quick", "graphs", "sandwich", "timeout"),
     8: ("core_quick", "timeout"),
 }
 
@@ -670,5 +670,6 @@ def suite(ctx):
         globals()[name](ctx)
 
 
-# the torch.compile scenario lives in its own file (it imports this module's helpers)
+# the torch.compile and sandwich scenarios live in their own files (they import this module's helpers)
 from scenarios_compiled import compiled  # noqa: E402,F401
+from scenarios_sandwich import sandwich  # noqa: E402,F401

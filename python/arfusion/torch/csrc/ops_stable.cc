@@ -253,6 +253,25 @@ arfFusedArgs_t norm_args(arfDataType_t dtype, int64_t rows, int64_t hidden, cons
   return a;
 }
 
+// A sandwich call's post-norm weight (arfFusedArgs_t::post_gamma): 1-D of the hidden size in the
+// norm weight's dtype (the library reads both with one gamma_dtype), on the communicator's device.
+// Returns the contiguous tensor the call reads; the library refuses the call (arfUnsupported) until
+// sandwich calls are offered.
+std::optional<Tensor> post_weight_of(const RegisteredComm& c, const std::string& name, const char* what,
+                                     const std::optional<Tensor>& post_weight, const Tensor& weight,
+                                     int64_t hidden) {
+  if (!post_weight) return std::nullopt;
+  const std::string op = std::string("arfusion.") + what + ": ";
+  if (post_weight->dim() != 1 || post_weight->size(0) != hidden)
+    fail(op + "post_weight must be 1-D of the hidden size " + std::to_string(hidden) + ", got shape " +
+         shape_string(*post_weight));
+  if (post_weight->scalar_type() != weight.scalar_type())
+    fail(op + "post_weight dtype " + dtype_name(post_weight->scalar_type()) + " != weight dtype " +
+         dtype_name(weight.scalar_type()) + " (the library reads both norms' weights in one dtype)");
+  on_device(c, name, what, "post_weight", *post_weight);
+  return contiguous_of(*post_weight);
+}
+
 void launch(const RegisteredComm& c, const std::string& name, const arfFusedArgs_t& a) {
   arfStatus_t s = arfFusedAllReduce(c.comm, &a, current_stream(c.device));
   if (s != arfSuccess) raise_failure(c, name, s, "arfFusedAllReduce");
@@ -281,15 +300,20 @@ void fused_add_rms_norm(Tensor input, Tensor residual, Tensor weight, double eps
 }
 
 // -> (norm_out, residual_out); residual None: residual_out = all_reduce(input).
+// post_weight set: a sandwich call (h = RMSNorm(all_reduce(input)) * post_weight, rounded;
+// residual_out = h + residual; norm_out = RMSNorm(residual_out) * weight).
 std::tuple<Tensor, Tensor> fused_add_rms_norm_out(Tensor input, std::optional<Tensor> residual,
                                                   Tensor weight, double eps, std::string comm,
                                                   bool gamma_plus_one, std::string norm_rounding,
-                                                  std::string algorithm) {
+                                                  std::string algorithm,
+                                                  std::optional<Tensor> post_weight) {
   RegisteredComm c = lookup(comm);
   RowsHidden rh = check_common(input, residual ? &*residual : nullptr, weight, "fused_add_rms_norm_out");
   on_device(c, comm, "fused_add_rms_norm_out", "input", input);
   if (residual) on_device(c, comm, "fused_add_rms_norm_out", "residual", *residual);
   on_device(c, comm, "fused_add_rms_norm_out", "weight", weight);
+  std::optional<Tensor> pw =
+      post_weight_of(c, comm, "fused_add_rms_norm_out", post_weight, weight, rh.hidden);
   Tensor x = contiguous_of(input);
   Tensor norm = empty_contiguous_like(x);
   Tensor res_out = empty_contiguous_like(x);
@@ -303,6 +327,7 @@ std::tuple<Tensor, Tensor> fused_add_rms_norm_out(Tensor input, std::optional<Te
   a.residual_in = r ? r->data_ptr() : nullptr;
   a.residual_out = res_out.data_ptr();
   a.norm_out = norm.data_ptr();
+  a.post_gamma = pw ? pw->data_ptr() : nullptr;
   launch(c, comm, a);
   return {norm, res_out};
 }
@@ -379,7 +404,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> fused_add_rms_norm_quant(
     Tensor input, std::optional<Tensor> residual, Tensor weight, std::optional<Tensor> scale, double eps,
     std::string comm, std::string quant, std::string scale_layout, std::string scale_format,
     bool with_norm, bool gamma_plus_one, std::string norm_rounding, std::string algorithm,
-    int64_t fallback, std::string scale_rule) {
+    int64_t fallback, std::string scale_rule, std::optional<Tensor> post_weight) {
   const char* what = "fused_add_rms_norm_quant";
   const std::string op = std::string("arfusion.") + what + ": ";
   RegisteredComm c = lookup(comm);
@@ -404,6 +429,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> fused_add_rms_norm_quant(
   if (residual) on_device(c, comm, what, "residual", *residual);
   on_device(c, comm, what, "weight", weight);
   if (scale) on_device(c, comm, what, "scale", *scale);
+  std::optional<Tensor> pw = post_weight_of(c, comm, what, post_weight, weight, rh.hidden);
   arfQuantOutputs_t out;
   if (arfQuantOutputLayout(q.pattern, q.layout, q.format, static_cast<size_t>(rh.rows),
                            static_cast<size_t>(rh.hidden), &out) != arfSuccess)
@@ -435,6 +461,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> fused_add_rms_norm_quant(
   a.quant_out = q_out.data_ptr();
   a.scale_out = out.scale_out.bytes != 0 ? s_out.data_ptr() : nullptr;
   a.scale_in = scale ? static_cast<const float*>(scale->data_ptr()) : nullptr;
+  a.post_gamma = pw ? pw->data_ptr() : nullptr;
   launch(c, comm, a);
   return {q_out, s_out, res_out, norm};
 }
@@ -446,11 +473,13 @@ STABLE_TORCH_LIBRARY(arfusion, m) {
   m.def("fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, float eps, str comm, "
         "bool gamma_plus_one=False, str norm_rounding=\"once\", str algorithm=\"auto\") -> ()");
   m.def("fused_add_rms_norm_out(Tensor input, Tensor? residual, Tensor weight, float eps, str comm, "
-        "bool gamma_plus_one=False, str norm_rounding=\"once\", str algorithm=\"auto\") -> (Tensor, Tensor)");
+        "bool gamma_plus_one=False, str norm_rounding=\"once\", str algorithm=\"auto\", "
+        "Tensor? post_weight=None) -> (Tensor, Tensor)");
   m.def("fused_add_rms_norm_quant(Tensor input, Tensor? residual, Tensor weight, Tensor? scale, float eps, "
         "str comm, str quant, str scale_layout=\"row_major\", str scale_format=\"fp32\", "
         "bool with_norm=False, bool gamma_plus_one=False, str norm_rounding=\"once\", "
-        "str algorithm=\"auto\", int fallback=0, str scale_rule=\"divide\") -> (Tensor, Tensor, Tensor, Tensor)");
+        "str algorithm=\"auto\", int fallback=0, str scale_rule=\"divide\", Tensor? post_weight=None) "
+        "-> (Tensor, Tensor, Tensor, Tensor)");
   m.def("all_reduce(Tensor input, str comm) -> Tensor");
   m.def("all_reduce_(Tensor(a!) input, str comm) -> ()");
 }
