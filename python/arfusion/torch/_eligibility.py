@@ -134,7 +134,7 @@ def comm_for_engine_group(label: str, group, comms, group_map: dict):
 # ---- the planner ---------------------------------------------------------------------------------
 
 
-def _shape_args(comm, pattern, hidden, rows, weight_dtype, norm, algorithm, scale_rule):
+def _shape_args(comm, pattern, hidden, rows, weight_dtype, norm, algorithm, scale_rule, sandwich):
     act = TORCH_TO_ARF_DTYPE[comm.dtype]
     gdt = TORCH_TO_ARF_DTYPE[weight_dtype] if weight_dtype is not None else act
     return _arf.fused_args(pattern=int(pattern), algorithm=_ops.algorithm_value(algorithm),
@@ -142,16 +142,18 @@ def _shape_args(comm, pattern, hidden, rows, weight_dtype, norm, algorithm, scal
                            gamma_dtype=int(gdt), gamma_plus_one=int(bool(norm.gamma_plus_one)),
                            eps=float(norm.eps),
                            norm_rounding=_ops.norm_rounding_value(norm.rounding),
-                           scale_rule=_ops.scale_rule_value(scale_rule))
+                           scale_rule=_ops.scale_rule_value(scale_rule),
+                           post_gamma=1 if sandwich else None)  # the planner reads NULL or not
 
 
 def check_plan(comm, pattern, hidden, rows, weight_dtype, norm, algorithm: str,
-               assume_max_tokens: bool, scale_rule: str = "divide"):
-    """_NoMatch unless the planner accepts the call (with the scale rule the fused op will get) at
-    its row count; a symbolic count at both ends of its range (the upper end comm.max_tokens only
-    under assume_max_tokens)."""
+               assume_max_tokens: bool, scale_rule: str = "divide", sandwich: bool = False):
+    """_NoMatch unless the planner accepts the call (with the scale rule the fused op will get; a
+    sandwich call when `sandwich`) at its row count; a symbolic count at both ends of its range
+    (the upper end comm.max_tokens only under assume_max_tokens)."""
     def plan_at(t):
-        args = _shape_args(comm, pattern, hidden, t, weight_dtype, norm, algorithm, scale_rule)
+        args = _shape_args(comm, pattern, hidden, t, weight_dtype, norm, algorithm, scale_rule,
+                           sandwich)
         try:
             return comm.plan_shape(args)
         except ArfError as e:

@@ -42,11 +42,12 @@ class Site:
     norm: Norm
     residual: fx.Node | None
     y: fx.Node
-    form: str                     # residual | first_layer | fp32_residual
+    form: str                     # residual | first_layer | fp32_residual | sandwich
     views: list
     shape: tuple
     shape_arg: object = None
     post_norm: str | None = None  # first_layer then a residual add: "sandwich" | "post_norm"
+    post: Norm | None = None      # form sandwich: the norm before the residual add (post_weight)
 
 
 # ---- RMSNorm -------------------------------------------------------------------------------------

@@ -18,9 +18,10 @@ aten = torch.ops.aten
 
 def insert_fused(graph, x, site, quant, comm, algorithm: str) -> None:
     """Inserts the fused op reading x (the all-reduce's input, reshaped to the site's shape when
-    views follow the all-reduce), the residual, the norm's weight (a ones tensor when it has none)
-    and quant's static scale after its last input, and reroutes the users of site.y (to
-    residual_out), of the norm and of quant's outputs to it. NoMatch when no position keeps the
+    views follow the all-reduce), the residual, the norm's weight (a ones tensor when it has none),
+    quant's static scale and, for a sandwich site, the post-norm's weight (post_weight) after its
+    last input, and reroutes the users of site.y (to residual_out), of the norm and of quant's
+    outputs to it. NoMatch when no position keeps the
     graph ordered or no fake mode gives the fused op's metadata (the graph is then unchanged, but
     for inputs moved ahead, which keeps it ordered)."""
     norm, residual, y = site.norm, site.residual, site.y
@@ -28,8 +29,10 @@ def insert_fused(graph, x, site, quant, comm, algorithm: str) -> None:
     act = xv.dtype
     hidden = site.shape[-1]
     shape_nodes = [a for a in (site.shape_arg or []) if isinstance(a, fx.Node)]
+    post = site.post  # a sandwich call: the norm before the residual add
     inputs = [x] + shape_nodes + [n for n in (residual, norm.weight,
-                                              quant.scale_in if quant else None)
+                                              quant.scale_in if quant else None,
+                                              post.weight if post else None)
                                   if isinstance(n, fx.Node)]
     replaced_outputs = [y, norm.out] + ([quant.q, quant.scale_out] if quant else [])
     users = [u for o in replaced_outputs if o is not None for u in o.users]
@@ -47,20 +50,25 @@ def insert_fused(graph, x, site, quant, comm, algorithm: str) -> None:
                 x_new.meta["val"] = xv.reshape(site.shape)
             new_nodes.append(x_new)
             x = x_new
-    with graph.inserting_after(new_nodes[-1] if new_nodes else last_input):
-        weight_arg = norm.weight
-        if weight_arg is None:
-            weight_arg = graph.call_function(
-                aten.full.default, ([hidden], 1.0),
-                {"dtype": act, "device": xv.device, "pin_memory": False})
+
+    def weight_or_ones(weight):
+        if weight is not None:
+            return weight
+        with graph.inserting_after(new_nodes[-1] if new_nodes else last_input):
+            ones = graph.call_function(aten.full.default, ([hidden], 1.0),
+                                       {"dtype": act, "device": xv.device, "pin_memory": False})
             with mode:
-                weight_arg.meta["val"] = torch.empty((hidden,), dtype=act, device=xv.device)
-            new_nodes.append(weight_arg)
+                ones.meta["val"] = torch.empty((hidden,), dtype=act, device=xv.device)
+        new_nodes.append(ones)
+        return ones
+
+    weight_arg = weight_or_ones(norm.weight)
+    post_args = (weight_or_ones(post.weight),) if post else ()
     with graph.inserting_after(new_nodes[-1] if new_nodes else last_input):
         if quant is None:
             target = _ops.op("fused_add_rms_norm_out")
             fargs = (x, residual, weight_arg, norm.eps, comm.name, norm.gamma_plus_one,
-                     norm.rounding, algorithm)
+                     norm.rounding, algorithm) + post_args
             with_norm = True
         else:
             with_norm = bool(set(norm.out.users) - quant.internal)
@@ -69,7 +77,7 @@ def insert_fused(graph, x, site, quant, comm, algorithm: str) -> None:
             # are the bits the replaced nodes computed
             fargs = (x, residual, weight_arg, quant.scale_in, norm.eps, comm.name, quant.kind,
                      "row_major", "fp32", with_norm, norm.gamma_plus_one, norm.rounding,
-                     algorithm, 0, quant.scale_rule)
+                     algorithm, 0, quant.scale_rule) + post_args
         vals = [val(a) if isinstance(a, fx.Node) else a for a in fargs]
         with mode:
             fused_val = target(*vals)

@@ -46,7 +46,11 @@ residual stream are refused (the fused op adds one addend, the residual, to the 
 Two forms fuse less than the whole site, with a note saying so:
   * post-norm sites (all-reduce -> norm -> residual add [-> norm]: Gemma 2/3's sandwich, OLMo 2):
     the all-reduce and its norm fuse as a first-layer call; the add and the next norm stay
-    separate kernels (post_norm="first_layer"; "off" leaves them alone);
+    separate kernels (post_norm="first_layer"; "off" leaves them alone). post_norm="sandwich"
+    fuses a whole sandwich (all-reduce, norm, residual add, next norm, any FP8 tail) into one call
+    with post_weight (_sandwich.py) where the library offers it; until the sandwich kernels'
+    GPU tests have passed the library refuses such calls (unless ARF_EXPERIMENTAL_SANDWICH=1),
+    and the pass notes that and fuses the site as a first-layer call;
   * a norm that only an fp32 reader follows unrounded (torch 2.10's Inductor folds fp32 -> bf16 ->
     fp32 when an FP8 tail alone reads the rounded norm): the all-reduce and the residual add fuse,
     and the fp32 norm and its reader keep reading the fused op's residual, as before.
@@ -91,14 +95,16 @@ from ._graph import NoMatch, dtype, numel, val
 from ._match import match_site
 from ._match_quant import match_quant, opaque_quant_readers
 from ._rewrite import insert_fused
+from ._sandwich import sandwich_site
 from ._stats import FusionStats
 
 log = logging.getLogger("arfusion.compile")
 
 # Every file of the pass: uuid() hashes them, so the FX graph cache keys on the pass's code.
 _SOURCES = ("compile.py", "_collectives.py", "_graph.py", "_match.py", "_residual_forms.py",
-            "_match_quant.py", "_eligibility.py", "_rewrite.py", "_stats.py", "ops.py", "_comm.py")
-_POST_NORM = ("first_layer", "off")
+            "_sandwich.py", "_match_quant.py", "_eligibility.py", "_rewrite.py", "_stats.py",
+            "ops.py", "_comm.py")
+_POST_NORM = ("first_layer", "sandwich", "off")
 
 
 def _source_files() -> tuple:
@@ -122,7 +128,10 @@ class AllReduceFusionPass(CustomGraphPass):
         fp32 and the norm reads the unrounded fp32 sum (arfusion normalizes the rounded residual:
         results can differ by rounding). Off by default.
     post_norm: "first_layer" (default): an all-reduce -> norm -> residual add site fuses the
-        all-reduce and its norm (the add and any next norm stay unfused, noted); "off": left alone.
+        all-reduce and its norm (the add and any next norm stay unfused, noted); "sandwich": a
+        site with a next norm becomes one sandwich call where the library's planner accepts it
+        (not yet by default: see the module docstring), else as "first_layer" with the reason
+        noted; "off": left alone.
     then: a pass (callable on the graph) to run after this one, e.g. a previously configured
         post_grad_custom_post_pass (its uuid joins ours).
     algorithm: forced algorithm name for the replacements (default "auto").
@@ -297,6 +306,16 @@ class AllReduceFusionPass(CustomGraphPass):
                           "alone: post_norm='off'")
         rows = numel(m.shape[:-1])
         weight_dtype = dtype(norm.weight) if norm.weight is not None else act
+        sandwich_note = None
+        if m.post_norm == "sandwich" and self.post_norm == "sandwich":
+            try:
+                s = sandwich_site(m, site.value, hidden, act, order)
+                check_plan(comm, Pattern.ResidualRmsNorm, hidden, rows, weight_dtype, s.norm,
+                           self.algorithm, self.assume_max_tokens, sandwich=True)
+                m, norm = s, s.norm
+            except NoMatch as e:
+                sandwich_note = f"not fused as a sandwich call: {e}"
+        sandwich = m.post is not None
 
         # quantization tail
         quant, quant_note = None, None
@@ -309,13 +328,13 @@ class AllReduceFusionPass(CustomGraphPass):
         if quant is not None:
             try:
                 check_plan(comm, _ops.quant_pattern(quant.kind), hidden, rows, weight_dtype, norm,
-                           self.algorithm, self.assume_max_tokens, quant.scale_rule)
+                           self.algorithm, self.assume_max_tokens, quant.scale_rule, sandwich)
             except NoMatch as e:
                 quant_note = f"{quant.kind} tail left unfused: {e}"
                 quant = None
         if quant is None:
             check_plan(comm, Pattern.ResidualRmsNorm, hidden, rows, weight_dtype, norm,
-                       self.algorithm, self.assume_max_tokens)
+                       self.algorithm, self.assume_max_tokens, sandwich=sandwich)
 
         opaque = opaque_quant_readers(norm.out) if norm.out is not None else []
         insert_fused(graph, x, m, quant, comm, self.algorithm)
@@ -328,7 +347,8 @@ class AllReduceFusionPass(CustomGraphPass):
             stats.notes.append(f"{node}: a {m.post_norm} site (all-reduce -> norm -> residual add"
                                f"{' -> norm' if m.post_norm == 'sandwich' else ''}): the "
                                "all-reduce and its norm are fused as a first-layer call; the "
-                               "residual add and the next norm stay separate kernels")
+                               "residual add and the next norm stay separate kernels"
+                               + (f" ({sandwich_note})" if sandwich_note else ""))
         if m.views:
             kind += "+view"
         if norm.out is None:

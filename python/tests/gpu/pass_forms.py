@@ -183,6 +183,10 @@ def main():
         s = r + h
         return h, s, gemma(s)
 
+    def gemma_sandwich_block(x, r):  # the same as a decoder layer runs it: h feeds the add alone
+        s = r + gemma(ar(x))
+        return s, gemma(s)
+
     def engine_site(reduce):
         def fn(x, r):
             p = x * scale
@@ -215,6 +219,8 @@ def main():
         "OLMo 2 (w * x) in fp32": (lambda x, r: (lambda s: (olmo2(s), s))(ar(x) + r), 2, 1, ["x * w in fp32"], None),
         "MoE reshape after the all-reduce": (moe_reshape, 2, 1, ["+view"], None),
         "Gemma sandwich (first layer + note)": (gemma_sandwich, 2, 1, ["first_layer[sandwich]"], None),
+        # post_norm="sandwich" with the library's opt-in (ARF_EXPERIMENTAL_SANDWICH=1): one call
+        "Gemma sandwich call (post_norm='sandwich')": (gemma_sandwich_block, 2, 1, ["sandwich/"], "sandwich"),
         "vllm.all_reduce stand-in": (engine_site(lambda p: torch.ops.vllm.all_reduce(p, "tp:0")), 2, 1, ["residual/"], None),
         "sglang.inplace_all_reduce stand-in": (engine_site(sglang_inplace), 2, 1, ["residual/"], None),
         "Llama + FP8 per-token (bf16 amax)": (lambda x, r: (lambda s: (lambda n: (n, *per_token_bf16_amax(n), s))(llama(s)))(ar(x) + r), 2, 1, ["+fp8_per_token"], "fp8_per_token"),
@@ -239,11 +245,14 @@ def main():
         if only and not any(s in name for s in only):
             continue
         torch._dynamo.reset()
+        if mode == "sandwich":
+            os.environ["ARF_EXPERIMENTAL_SANDWICH"] = "1"
         try:
             gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))
             inputs = [torch.randn(T, H, generator=gen).to(dtype).to(dev) for _ in range(nargs)]
             p = aft.AllReduceFusionPass(comm, group_map=group_map,
-                                        fp32_residual_add=mode == "fp32res")
+                                        fp32_residual_add=mode == "fp32res",
+                                        post_norm="sandwich" if mode == "sandwich" else "first_layer")
             dynamic = mode == "dynamic"
             if dynamic:
                 for t in inputs:
@@ -331,6 +340,8 @@ def main():
             record(name, not problems, "; ".join(problems + [summary]))
         except Exception as e:  # noqa: BLE001
             record(name, False, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+        finally:
+            os.environ.pop("ARF_EXPERIMENTAL_SANDWICH", None)
     comm.destroy()
     dist.destroy_process_group()
     passed = sum(1 for r in results if r["ok"])

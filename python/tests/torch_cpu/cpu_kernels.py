@@ -44,8 +44,12 @@ def all_reduce_one_rank(x):
 MUTANT = None
 
 
-def residual_out(x, residual):
+def residual_out(x, residual, post=None):
+    """round(sum + residual); a sandwich call (post = (post_weight, eps, gamma_plus_one,
+    rounding)) adds the residual to h = the rounded norm of the sum with post_weight instead."""
     s = all_reduce_one_rank(x)
+    if post is not None:
+        s = rms_norm(s, *post)
     if residual is None or MUTANT == "drop_residual":
         return s
     return (s.float() + residual.float()).to(x.dtype)
@@ -66,16 +70,19 @@ def rms_norm(y, weight, eps, gamma_plus_one, rounding):
 
 
 def _fused_out(input, residual, weight, eps, comm, gamma_plus_one=False, norm_rounding="once",
-               algorithm="auto"):
-    res = residual_out(input, residual)
+               algorithm="auto", post_weight=None):
+    post = None if post_weight is None else (post_weight, eps, gamma_plus_one, norm_rounding)
+    res = residual_out(input, residual, post)
     return rms_norm(res, weight, eps, gamma_plus_one, norm_rounding), res
 
 
 def _fused_quant(input, residual, weight, scale, eps, comm, quant, scale_layout="row_major",
                  scale_format="fp32", with_norm=False, gamma_plus_one=False,
-                 norm_rounding="once", algorithm="auto", fallback=0, scale_rule="divide"):
+                 norm_rounding="once", algorithm="auto", fallback=0, scale_rule="divide",
+                 post_weight=None):
     assert scale_layout == "row_major" and scale_format == "fp32", (scale_layout, scale_format)
-    norm, res = _fused_out(input, residual, weight, eps, comm, gamma_plus_one, norm_rounding)
+    norm, res = _fused_out(input, residual, weight, eps, comm, gamma_plus_one, norm_rounding,
+                           post_weight=post_weight)
     rows, hidden = norm.numel() // norm.shape[-1], norm.shape[-1]
     flat = norm.reshape(rows, hidden)
     if quant == "fp8_per_tensor":

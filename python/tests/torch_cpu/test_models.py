@@ -13,6 +13,7 @@ import torch
 import cpu_kernels
 import hf_models
 from harness import PYTHON_DIR, PassTestCase, compile_cpu, graph, make_pass
+from test_sandwich import sandwich_offered
 
 try:
     import transformers  # noqa: F401
@@ -54,11 +55,11 @@ class ModelRuns(PassTestCase):
 
     TOLERANCE = 0.05
 
-    def _compare(self, name, mutant_check=False):
+    def _compare(self, name, mutant_check=False, **pass_options):
         model = hf_models.build(name)
         fn = hf_models.forward_fn(model)
         ids = hf_models.token_ids(seed=3)
-        p = make_pass()
+        p = make_pass(**pass_options)
         compiled = compile_cpu(fn, p)
         with torch.no_grad():
             got = compiled(ids)
@@ -76,6 +77,7 @@ class ModelRuns(PassTestCase):
                 cpu_kernels.MUTANT = None
             bad_err = float((bad.float() - want.float()).abs().max()) / scale
             self.assertGreater(bad_err, self.TOLERANCE, f"{name}: the fault is not seen")
+        return p.stats
 
     def test_llama(self):
         self._compare("Llama", mutant_check=True)
@@ -85,6 +87,16 @@ class ModelRuns(PassTestCase):
 
     def test_gemma3(self):
         self._compare("Gemma3")
+
+    def test_gemma3_sandwich_calls(self):
+        """post_norm="sandwich" with the library's opt-in: every sandwich of the model is one call
+        (the first layer's input norm stays a first-layer call), and the model still agrees."""
+        with sandwich_offered():
+            stats = self._compare("Gemma3", mutant_check=True, post_norm="sandwich")
+        sandwiches = sum(n for k, n in stats.kinds.items() if k.startswith("sandwich/"))
+        marked = sum(n for k, n in trace("Gemma3").kinds.items() if "[sandwich]" in k)
+        self.assertEqual((sandwiches, marked), (4, 4), stats.summary())
+        self.assertFalse(any("[sandwich]" in k for k in stats.kinds), stats.summary())
 
 
 if __name__ == "__main__":
