@@ -7,7 +7,20 @@
 # them; the package's own build (build-python/) is a ccache hit of this build's objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Those venvs are made in the background while setup.sh builds (downloads, not compilation: a
+# first run would otherwise spend ~15 minutes on them after the build); ctest's Python tests then
+# find them made, or make them again and report why not.
+venv_log=$(mktemp)
+torch_versions=$(sed -n 's/^set(ARF_TORCH_CPU_VERSIONS "\([^"]*\)".*/\1/p' cmake/python.cmake | tr ';' ' ')
+(for v in none $torch_versions; do bash python/tests/run_venv_tests.sh "$v" --venv-only; done) \
+  >"$venv_log" 2>&1 &
+venvs=$!
+trap 'kill "$venvs" 2>/dev/null || true; rm -f "$venv_log"' EXIT
 bash scripts/setup.sh
+if ! wait "$venvs"; then
+  echo "test.sh: making the Python test venvs ahead failed (ctest's Python tests retry):"
+  tail -5 "$venv_log"
+fi
 # The engines' venvs (vLLM and SGLang from PyPI, cached under ~/.cache/arfusion) for the ctest
 # engine_*_cpu tests, only when asked (ARF_ENGINE_VENVS=1): a cold install downloads ~14 GB and
 # took 31 minutes here; without the venvs those tests report "SKIPPED: <engine> not installed".

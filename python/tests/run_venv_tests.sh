@@ -14,8 +14,11 @@
 # Exit 77 with "SKIPPED: ..." (ctest: skipped) only where the venv's packages cannot be installed
 # (no index reachable, no wheel for this platform or interpreter); any other failure is a failure.
 # $ARF_PYTHON: the interpreter the venvs are made from (default python3).
+# `run_venv_tests.sh VERSION --venv-only` makes (or checks) the venv and stops there: scripts/test.sh
+# makes them while the build runs, so a first run's downloads do not wait for the build.
 set -uo pipefail
-version=${1:?usage: run_venv_tests.sh none|TORCH_VERSION}
+version=${1:?usage: run_venv_tests.sh none|TORCH_VERSION [--venv-only]}
+venv_only=${2:-}
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 py="${ARF_PYTHON:-python3}"
 command -v "$py" >/dev/null 2>&1 || { echo "FAILED: no $py on PATH"; exit 1; }
@@ -46,6 +49,7 @@ if [[ ! -x $venv/bin/python || $(cat "$stamp" 2>/dev/null) != "$wants" ]]; then
   fi
   echo "$wants" > "$stamp"
 fi
+[[ $venv_only == --venv-only ]] && { echo "run_venv_tests: $venv ready"; exit 0; }
 "$venv/bin/python" -c 'import sys; print("run_venv_tests: python", sys.version.split()[0])'
 [[ $version == none ]] || "$venv/bin/python" -c 'import torch; print("run_venv_tests: torch", torch.__version__, "from", torch.__file__)'
 
