@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -378,6 +379,23 @@ void note_sandwich(Plan* plan) {
   plan->reason += split ? "; sandwich (post-norm in the epilogue kernel)" : "; sandwich (post-norm fused)";
 }
 
+// arfPlan_t.reason keeps this many characters of Plan::reason (api.cc cuts the rest).
+constexpr size_t kPublicReasonChars = sizeof(arfPlan_t{}.reason) - 1;
+
+// Appends `note` so that it reaches arfPlan_t.reason whole: when reason and note together are
+// longer than that keeps, the reason's end is cut to make room (ending in "...") instead of the
+// note. For a fact that no other field of arfPlan_t explains (why the grid is smaller than the
+// call would have): what is cut is the end of the choice's account, whose outcome arfPlan_t holds
+// (algorithm, inner_allreduce, fallback_level).
+void append_kept_note(const std::string& note, std::string* reason) {
+  static constexpr std::string_view kCut = "...";
+  if (reason->size() + note.size() > kPublicReasonChars) {
+    reason->resize(kPublicReasonChars - note.size() - kCut.size());
+    *reason += kCut;
+  }
+  *reason += note;
+}
+
 // The co-resident test mode (StaticFacts::co_resident_test): no gate, every grid within the bound,
 // and the reason says so first (arfPlan_t.reason keeps 127 characters).
 void apply_co_resident_test(const StaticFacts& facts, Plan* plan) {
@@ -456,13 +474,16 @@ Result<Plan> make_plan(const CallShape& shape, const StaticFacts& facts,
   plan.grid = static_cast<int>(std::min<int64_t>(rows, grid_cap(plan, facts)));
   const int64_t epilogue = std::min<int64_t>(rows, protocol_free_grid_cap(facts, plan.block));
   plan.epilogue_grid = static_cast<int>(std::min<int64_t>(epilogue, cta_bound(facts)));
-  if (plan.grid == cta_bound(facts) || plan.epilogue_grid == cta_bound(facts)) {
-    plan.reason += "; max_ctas " + std::to_string(facts.max_ctas) + " caps the grid at " +
-                   std::to_string(cta_bound(facts));
-  }
+  const bool capped = plan.grid == cta_bound(facts) || plan.epilogue_grid == cta_bound(facts);
   plan.shared_device_gate =
       facts.max_ranks_per_device > 1 && facts.world > 1 && plan.algorithm != Algorithm::kNccl;
   if (facts.co_resident_test) apply_co_resident_test(facts, &plan);
+  // Last, so that nothing written after it can push it out of arfPlan_t.reason.
+  if (capped) {
+    append_kept_note("; max_ctas " + std::to_string(facts.max_ctas) + " caps the grid at " +
+                         std::to_string(cta_bound(facts)),
+                     &plan.reason);
+  }
   return plan;
 }
 

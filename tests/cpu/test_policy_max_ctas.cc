@@ -12,6 +12,7 @@
 
 #include "arfusion/arfusion.h"
 #include "cpu/plan_test_util.h"
+#include "policy/tuning_table.h"
 
 namespace arf {
 namespace {
@@ -137,6 +138,96 @@ TEST(MaxCtas, TooSmallForTheRanksSharingAGpuIsInfeasibleWithTheReason) {
   const Plan one = plan_ok(call_shape(4096, 4096, Pattern::kResidualRmsNorm, Algorithm::kAuto), four);
   EXPECT_EQ(one.grid, 1);
   EXPECT_EQ(one.epilogue_grid, 1);
+}
+
+// arfPlan_t.reason keeps 127 characters, and the account of an auto choice can fill them by itself
+// (ranks sharing a GPU, the call's size, candidates passed over, a quantized level, a sandwich, a
+// tuned table's choice that cannot run). Whatever comes before it, the bound's note reaches the
+// caller whole: the plan's reason is the unbounded plan's with the note appended, its end cut
+// (at "...") where both would not fit.
+TEST(MaxCtas, TheReasonKeepsTheBoundWhateverComesBeforeIt) {
+  constexpr size_t kKept = sizeof(arfPlan_t{}.reason) - 1;
+  // A tuned entry whose Lamport choice the facts' small Lamport slots cannot run.
+  TuningTable table;
+  table.entries.push_back(
+      {TuningKey{8, RankSharing::kOnePerDevice, DType::kBf16, TuningGroup::kPlain, 8192},
+       4096,
+       {{1, Algorithm::kOneshotLamport, 1}}});
+  int capped = 0, cut = 0;
+  for (int world : {2, 4, 8}) {
+    for (int per_device : {1, world}) {
+      for (int bound : {8, 64, 264}) {
+        StaticFacts facts = facts_of(world, per_device, 132, bound);
+        facts.oneshot_max_tokens = 16;  // Lamport infeasible above 16 tokens: a longer account
+        StaticFacts free_facts = facts;
+        free_facts.max_ctas = 0;
+        for (const Pattern p : {Pattern::kResidualRmsNorm, Pattern::kFp8PerToken, Pattern::kNvfp4}) {
+          for (int level = 0; level < (is_quant_pattern(p) ? 4 : 1); ++level) {
+            for (bool sandwich : {false, true}) {
+              for (int64_t tokens : {64, 2048, 8192}) {
+                for (int hidden : {2048, 8192}) {
+                  CallShape shape = call_shape(tokens, hidden, p, Algorithm::kAuto, level);
+                  shape.post_norm = sandwich;
+                  const Result<Plan> bounded = make_plan(shape, facts, &table);
+                  const Result<Plan> free = make_plan(shape, free_facts, &table);
+                  ASSERT_EQ(bounded.is_ok(), free.is_ok());
+                  if (!bounded.is_ok()) continue;
+                  const Plan& pl = bounded.value();
+                  const int per_rank = bound / per_device;
+                  if (pl.grid != per_rank && pl.epilogue_grid != per_rank) {
+                    EXPECT_EQ(pl.reason, free.value().reason);  // not binding: no note
+                    continue;
+                  }
+                  ++capped;
+                  const std::string& reason = pl.reason;
+                  const std::string note = "; max_ctas " + std::to_string(bound) +
+                                           " caps the grid at " + std::to_string(per_rank);
+                  std::string want = free.value().reason + note;
+                  if (want.size() > kKept) {
+                    ++cut;
+                    want = free.value().reason.substr(0, kKept - note.size() - 3) + "..." + note;
+                  }
+                  EXPECT_EQ(reason, want);
+                  EXPECT_LE(reason.size(), kKept);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(capped, 300);
+  // Negative control: the sweep holds accounts that would have pushed the note out.
+  EXPECT_GT(cut, 50);
+}
+
+// The longest account of the sweep's kind through the C API, where the reason is cut to 127
+// characters: two ranks on one GPU, a quantized call beyond the Lamport slots. Without the bound
+// its reason alone leaves no room for the note.
+TEST(MaxCtas, PlanFromFactsReasonEndsWithTheBound) {
+  arfPlanFacts_t f;
+  arfPlanFactsInit(&f);
+  f.world_size = 2;
+  f.ranks_per_device = 2;
+  f.max_tokens = 8192;
+  arfFusedArgs_t a;
+  arfFusedArgsInit(&a);
+  a.pattern = arfPatternResidualRmsNormFp8PerToken;
+  a.num_tokens = 8192;
+  a.hidden = 2048;
+  arfPlan_t plan;
+  ASSERT_EQ(arfPlanFromFacts(&f, &a, &plan), arfSuccess) << arfGetLastErrorString();
+  const std::string note = "; max_ctas 264 caps the grid at 132";
+  const std::string free_reason = plan.reason;
+  EXPECT_GT(free_reason.size() + note.size(), sizeof(plan.reason) - 1) << free_reason;
+  f.max_ctas = 264;  // 132 for each of the two ranks on the GPU
+  ASSERT_EQ(arfPlanFromFacts(&f, &a, &plan), arfSuccess) << arfGetLastErrorString();
+  EXPECT_EQ(plan.grid, 132);
+  const std::string reason = plan.reason;
+  ASSERT_GE(reason.size(), note.size());
+  EXPECT_EQ(reason.substr(reason.size() - note.size()), note) << reason;
+  EXPECT_EQ(reason.rfind("auto: 2 ranks share a device", 0), 0u) << reason;
 }
 
 // The C API: arfPlanFromFacts plans with the facts' max_ctas; a version 4-5 caller's facts (the
