@@ -7,6 +7,7 @@ import ctypes
 import datetime
 import functools
 import itertools
+import operator
 import threading
 
 import torch
@@ -80,6 +81,29 @@ def _cpu_group(group, ranks: list[int], cpu_group, timeout_s: float):
     return g
 
 
+_C_INT_MAX = 2**31 - 1
+
+
+def _checked_max_ctas(max_ctas) -> int:
+    """arfCommConfig_t::max_ctas from a creation argument: an int >= 0 (0: no bound). ValueError
+    otherwise, in the library's words for a negative bound (it refuses one as arfInvalidArgument);
+    a bool or float is refused as not meant, a bound beyond the field's C int as one that ctypes
+    would store wrapped."""
+    if isinstance(max_ctas, bool):
+        raise ValueError(f"arfusion: max_ctas must be an int >= 0 (0: no bound), not {max_ctas!r}")
+    try:
+        value = operator.index(max_ctas)
+    except TypeError:
+        raise ValueError(f"arfusion: max_ctas must be an int >= 0 (0: no bound), not "
+                         f"{max_ctas!r}") from None
+    if value < 0:
+        raise ValueError(f"arfusion: max_ctas {value} must be >= 0 (0: no bound)")
+    if value > _C_INT_MAX:
+        raise ValueError(f"arfusion: max_ctas {value} does not fit arfCommConfig_t::max_ctas "
+                         f"(at most {_C_INT_MAX}; 0: no bound)")
+    return value
+
+
 def _op_errors(method):
     """A Communicator method calling torch.ops.arfusion.*: the kernels' RuntimeErrors raised as
     the ArfError / ValueError they stand for (translate_error)."""
@@ -137,14 +161,16 @@ class Communicator:
     @staticmethod
     def _config(*, rank: int, world_size: int, device_index: int, dtype: torch.dtype,
                 max_tokens: int, max_hidden: int, timeout_s, init_timeout_s, oneshot_max_tokens,
-                programmatic_launch: bool, verify_calls: bool, uid=None):
+                programmatic_launch: bool, verify_calls: bool, max_ctas: int = 0, uid=None):
+        """The arfCommConfig_t of a creation (ipc transport); ValueError for a bad max_ctas."""
         fields = dict(transport=_lib.Transport.Ipc, rank=rank, world_size=world_size,
                       device=device_index, max_tokens=int(max_tokens), max_hidden=int(max_hidden),
                       dtype=int(_arf_dtype(dtype)), oneshot_max_tokens=int(oneshot_max_tokens or 0),
                       timeout_seconds=float(timeout_s or 0.0),
                       init_timeout_seconds=float(init_timeout_s or 0.0),
                       programmatic_launch=int(bool(programmatic_launch)),
-                      verify_calls=int(bool(verify_calls)))
+                      verify_calls=int(bool(verify_calls)),
+                      max_ctas=_checked_max_ctas(max_ctas))
         if uid is not None:
             fields["id"] = uid
         return _arf.comm_config(**fields)
@@ -154,7 +180,8 @@ class Communicator:
                    dtype: torch.dtype = torch.bfloat16, timeout_s: float | None = None,
                    init_timeout_s: float | None = None, name: str | None = None,
                    oneshot_max_tokens: int = 0, programmatic_launch: bool = False,
-                   verify_calls: bool = False, cpu_group=None) -> "Communicator":
+                   verify_calls: bool = False, max_ctas: int = 0,
+                   cpu_group=None) -> "Communicator":
         """Collective over `group` (default: the world): every rank calls it with the same
         arguments. Rank 0 of the group draws the rendezvous id and hands it to the others over a
         gloo group of the same ranks (`cpu_group`, the group itself when it is gloo, or one made
@@ -165,7 +192,17 @@ class Communicator:
         name: the registry name, identical on every rank (default "arfusion:<ranks>").
         timeout_s: bound of every device-side wait (0/None: the library's 10 s);
         init_timeout_s: bound of the rendezvous (None: 60 s).
+        max_ctas: arfCommConfig_t::max_ctas, the most CTAs one call keeps on a GPU at once,
+        counting every rank of this communicator on that GPU (0, the default: no bound). Every
+        kernel of every algorithm keeps to it (nccl's through ncclConfig_t.maxCTAs), so a call
+        occupies at most that many SMs and the rest stay free for other spinning kernels (another
+        communicator, NCCL's, DeepEP's): bound each party so that together they fit on the GPU
+        (arfusion.h, Co-residency). Identical on every rank (creation fails on every rank
+        otherwise); a bound too small for the algorithms makes auto fall back or the call be
+        refused, with the reason (plan()). Not an int >= 0: ValueError on the calling rank,
+        before anything collective.
         """
+        max_ctas = _checked_max_ctas(max_ctas)
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("arfusion: Communicator.from_group needs an initialised "
                                "torch.distributed (dist.init_process_group)")
@@ -215,7 +252,7 @@ class Communicator:
                               max_tokens=max_tokens, max_hidden=max_hidden, timeout_s=timeout_s,
                               init_timeout_s=init_timeout_s, oneshot_max_tokens=oneshot_max_tokens,
                               programmatic_launch=programmatic_launch, verify_calls=verify_calls,
-                              uid=_arf.unique_id_from_string(uid_text))
+                              max_ctas=max_ctas, uid=_arf.unique_id_from_string(uid_text))
             torch.cuda.init()  # torch and the library share the device's primary context
             comm = _arf.Comm.init_rank(cfg, name)
         except ArfError as e:
@@ -243,12 +280,15 @@ class Communicator:
                   dtype: torch.dtype = torch.bfloat16, timeout_s: float | None = None,
                   init_timeout_s: float | None = None, name: str | None = None,
                   oneshot_max_tokens: int = 0, programmatic_launch: bool = False,
-                  verify_calls: bool = False) -> "Communicator":
+                  verify_calls: bool = False, max_ctas: int = 0) -> "Communicator":
         """arfCommInitRankFromNccl: `nccl_comm` is the address of an ncclComm_t (an int; e.g.
         vLLM's PyNcclCommunicator.comm.value), one process per GPU. Collective over the NCCL
         communicator's ranks; rank, world and device are the NCCL communicator's; the id travels
         by ncclBroadcast on the current stream. The library makes every rank agree on failure.
-        name: identical on every rank (default "arfusion:nccl:<n>", n counting such calls)."""
+        name: identical on every rank (default "arfusion:nccl:<n>", n counting such calls).
+        max_ctas: the bound on a call's CTAs per GPU, as for from_group (0: no bound); ValueError
+        before anything collective when it is not an int >= 0."""
+        max_ctas = _checked_max_ctas(max_ctas)
         if _capturing():
             raise RuntimeError("arfusion: creation during CUDA-graph capture is not allowed")
         if hasattr(nccl_comm, "value"):  # a ctypes pointer
@@ -265,7 +305,8 @@ class Communicator:
                           dtype=dtype, max_tokens=max_tokens, max_hidden=max_hidden,
                           timeout_s=timeout_s, init_timeout_s=init_timeout_s,
                           oneshot_max_tokens=oneshot_max_tokens,
-                          programmatic_launch=programmatic_launch, verify_calls=verify_calls)
+                          programmatic_launch=programmatic_launch, verify_calls=verify_calls,
+                          max_ctas=max_ctas)
         stream = torch.cuda.current_stream().cuda_stream
         comm = _arf.Comm.init_rank_from_nccl(cfg, ptr, stream, name)
         # The NCCL communicator decides rank and world; keep them for workspace_bytes.
