@@ -11,19 +11,15 @@
 #include <vector>
 
 #include "core/validate.h"
+#include "cpu/validate_test_util.h"
 
 namespace arf {
 namespace {
 
-constexpr int kTokens = 16;
-constexpr int kHidden = 4096;
+using namespace validate_test;  // validate_test_util.h
 
-void* addr(uint64_t a) { return reinterpret_cast<void*>(static_cast<uintptr_t>(a)); }
-
-constexpr uint64_t kInput = 0x10000000, kResidualIn = 0x20000000, kGamma = 0x30000000,
-                   kResidualOut = 0x40000000, kNormOut = 0x50000000, kPostGamma = 0x60000000,
-                   kQuantOut = 0x68000000, kScaleOut = 0x6c000000;
-constexpr uint64_t kForeignBase = 0x70000000;  // "memory of another device" for the injected check
+// The sandwich call's own tensors (validate_test_util.h: a test's own range).
+constexpr uint64_t kPostGamma = 0x60000000, kQuantOut = 0x68000000, kScaleOut = 0x6c000000;
 
 // Sandwich calls are refused unless ARF_EXPERIMENTAL_SANDWICH=1 (validate.cc: offered once their
 // GPU tests have passed); these tests check what validation does once they are offered, and
@@ -33,36 +29,15 @@ class SandwichValidate : public ::testing::Test {
   void SetUp() override { setenv("ARF_EXPERIMENTAL_SANDWICH", "1", 1); }
   void TearDown() override { unsetenv("ARF_EXPERIMENTAL_SANDWICH"); }
 
-  SandwichValidate() {
-    facts_.world = 2;
-    facts_.dtype = DType::kBf16;
-    facts_.max_tokens = 128;
-    facts_.max_hidden = 8192;
-    facts_.oneshot_max_tokens = 128;
-    arfFusedArgsInit(&args_);
-    args_.num_tokens = kTokens;
-    args_.hidden = kHidden;
-    args_.input = addr(kInput);
-    args_.residual_in = addr(kResidualIn);
-    args_.gamma = addr(kGamma);
+  SandwichValidate() : facts_(small_facts(2)), args_(norm_call()), check_(foreign_memory_check()) {
     args_.post_gamma = addr(kPostGamma);
-    args_.residual_out = addr(kResidualOut);
-    args_.norm_out = addr(kNormOut);
-    check_ = [](const void* p, const char* name, int) -> Status {
-      if (reinterpret_cast<uintptr_t>(p) >= kForeignBase) {
-        return invalid_argument(std::string(name) + " is memory of device 1");
-      }
-      return Status::ok();
-    };
   }
 
   Status run() const { return validate(upgrade_fused_args(&args_), facts_, 0, check_); }
   Status run_shape() const { return validate_shape(upgrade_fused_args(&args_), facts_); }
 
   static void expect_error(const Status& s, const std::string& substring) {
-    EXPECT_EQ(s.code(), arfInvalidArgument) << s.message();
-    EXPECT_NE(s.message().find(substring), std::string::npos)
-        << "message: " << s.message() << "\nexpected to contain: " << substring;
+    expect_status(s, arfInvalidArgument, substring);
   }
 
   StaticFacts facts_;

@@ -9,55 +9,26 @@
 #include <string>
 
 #include "core/validate.h"
+#include "cpu/validate_test_util.h"
 
 namespace arf {
 namespace {
 
-constexpr int kTokens = 16;
-constexpr int kHidden = 4096;
+using namespace validate_test;  // validate_test_util.h
+
 constexpr uint64_t kTensorBytes = uint64_t{kTokens} * kHidden * 2;
-
-void* addr(uint64_t a) { return reinterpret_cast<void*>(static_cast<uintptr_t>(a)); }
-
-// Each tensor in its own 1 MiB-spaced range, far apart, all 256-byte aligned.
-constexpr uint64_t kInput = 0x10000000, kResidualIn = 0x20000000, kGamma = 0x30000000,
-                   kResidualOut = 0x40000000, kNormOut = 0x50000000, kArOut = 0x60000000;
-// Memory that the injected check says lives on another device.
-constexpr uint64_t kForeignBase = 0x70000000;
+constexpr uint64_t kArOut = 0x60000000;  // allreduce_out (validate_test_util.h: a test's own range)
 
 class Validate : public ::testing::Test {
  protected:
-  Validate() {
-    facts_.world = 4;
-    facts_.dtype = DType::kBf16;
-    facts_.max_tokens = 128;
-    facts_.max_hidden = 8192;
-    facts_.oneshot_max_tokens = 128;
-    arfFusedArgsInit(&args_);
-    args_.num_tokens = kTokens;
-    args_.hidden = kHidden;
-    args_.input = addr(kInput);
-    args_.residual_in = addr(kResidualIn);
-    args_.gamma = addr(kGamma);
-    args_.residual_out = addr(kResidualOut);
-    args_.norm_out = addr(kNormOut);
+  Validate() : facts_(small_facts(4)), args_(norm_call()), check_(foreign_memory_check()) {
     args_.allreduce_out = addr(kArOut);
-    check_ = [](const void* p, const char* name, int device) -> Status {
-      if (reinterpret_cast<uintptr_t>(p) >= kForeignBase) {
-        return invalid_argument(std::string(name) + " is memory of device 1, the communicator is on device " +
-                                std::to_string(device));
-      }
-      return Status::ok();
-    };
   }
 
   Status run() const { return validate(upgrade_fused_args(&args_), facts_, /*device=*/0, check_); }
 
   void expect_error(arfStatus_t code, const std::string& substring) const {
-    const Status s = run();
-    EXPECT_EQ(s.code(), code) << s.message();
-    EXPECT_NE(s.message().find(substring), std::string::npos)
-        << "message: " << s.message() << "\nexpected to contain: " << substring;
+    expect_status(run(), code, substring);
   }
 
   StaticFacts facts_;
