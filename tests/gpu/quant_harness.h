@@ -25,6 +25,20 @@ namespace arf::test {
 using callkit::kGlobalScale;  // scale_in of NVFP4 calls
 using callkit::kStaticScale;  // scale_in of FP8 per-tensor calls (CallSpec::static_scale)
 
+// A quantized pattern and the layout and format of its scales (the tests' tables of what to run).
+struct ScaleFormat {
+  arfPattern_t pattern;
+  arfScaleLayout_t layout;
+  arfScaleFormat_t format;
+};
+
+// The fused algorithms, each of which runs every fallback level (level 3 as the inner all-reduce
+// of unfused), and the levels.
+inline constexpr arfAlgorithm_t kFusedAlgorithms[] = {arfAlgoOneshotLamport, arfAlgoOneshotPull,
+                                                      arfAlgoTwoshot};
+inline constexpr arfFallbackLevel_t kFallbackLevels[] = {
+    arfFallbackOneKernel, arfFallbackTwoKernels, arfFallbackThreeKernels};
+
 // A quantized call of the kit (pattern, fallback, scale layout and format, norm side output,
 // static scale) and the data set it reads.
 struct QuantCallSpec : callkit::CallSpec {
@@ -37,6 +51,23 @@ struct QuantCallSpec : callkit::CallSpec {
   test::CallSpec data_spec() const;
   std::string label() const;  // the kit's label and the data index
 };
+
+// `base` under `algorithm` at every fallback level, with the norm side output and then without:
+// six calls on base's data set, which check_quant_calls finds bitwise equal or reports.
+inline std::vector<QuantCallSpec> level_variants(const QuantCallSpec& base,
+                                                 arfAlgorithm_t algorithm) {
+  std::vector<QuantCallSpec> calls;
+  for (bool side_output : {true, false}) {
+    for (arfFallbackLevel_t level : kFallbackLevels) {
+      QuantCallSpec s = base;
+      s.algorithm = algorithm;
+      s.fallback = level;
+      s.norm_side_output = side_output;
+      calls.push_back(s);
+    }
+  }
+  return calls;
+}
 
 // norm_out empty without the side output, scale_out empty for per-tensor.
 using QuantRankOutputs = callkit::RankOutputs;

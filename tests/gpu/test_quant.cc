@@ -36,12 +36,6 @@
 namespace arf::test {
 namespace {
 
-struct ScaleFormat {
-  arfPattern_t pattern;
-  arfScaleLayout_t layout;
-  arfScaleFormat_t format;
-};
-
 constexpr ScaleFormat kFormats[] = {
     {arfPatternResidualRmsNormFp8PerTensor, arfScaleRowMajor, arfScaleFp32},
     {arfPatternResidualRmsNormFp8PerToken, arfScaleRowMajor, arfScaleFp32},
@@ -59,9 +53,6 @@ constexpr ScaleFormat kFormats[] = {
 
 constexpr int64_t kTokens[] = {1, 3, 4, 5, 31, 32, 33, 64, 65, 127, 128, 129};
 constexpr int kNumTokens = sizeof(kTokens) / sizeof(kTokens[0]);
-constexpr arfAlgorithm_t kFused[] = {arfAlgoOneshotLamport, arfAlgoOneshotPull, arfAlgoTwoshot};
-constexpr arfFallbackLevel_t kLevels[] = {arfFallbackOneKernel, arfFallbackTwoKernels,
-                                          arfFallbackThreeKernels};
 
 std::vector<int64_t> hidden_sizes(arfPattern_t pattern) {
   // 16384: blocks of 1024 threads at 2 vectors each (the widest rows).
@@ -84,14 +75,8 @@ std::vector<QuantCallSpec> format_specs(const ScaleFormat& f, int rotation) {
       base.hidden = hidden;
       base.num_tokens = kTokens[(2 * k + i) % kNumTokens];
       base.data_index = data_index++;
-      for (bool side_output : {true, false}) {
-        for (arfFallbackLevel_t level : kLevels) {
-          QuantCallSpec s = base;
-          s.algorithm = kFused[k % 3];
-          s.fallback = level;
-          s.norm_side_output = side_output;
-          specs.push_back(s);
-        }
+      for (const QuantCallSpec& s : level_variants(base, kFusedAlgorithms[k % 3])) {
+        specs.push_back(s);
       }
       QuantCallSpec extra = base;  // the unfused path as engines ask for it, or the default
       extra.algorithm = k % 2 ? arfAlgoUnfused : arfAlgoAuto;
@@ -211,7 +196,7 @@ constexpr EdgeFormat kEdgeFormats[] = {
 void add_anchor_level2_unfused(const QuantCallSpec& base, std::vector<QuantCallSpec>* specs) {
   specs->push_back(base);
   QuantCallSpec level2 = base;
-  level2.algorithm = kFused[base.data_index % 3];
+  level2.algorithm = kFusedAlgorithms[base.data_index % 3];
   level2.fallback = arfFallbackTwoKernels;
   level2.norm_side_output = false;
   specs->push_back(level2);

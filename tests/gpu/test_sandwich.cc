@@ -93,13 +93,7 @@ INSTANTIATE_TEST_SUITE_P(Sandwich, SandwichMatrix,
 
 // ---- quantized tails ---------------------------------------------------------------------------
 
-struct QuantTail {
-  arfPattern_t pattern;
-  arfScaleLayout_t layout;
-  arfScaleFormat_t format;
-};
-
-constexpr QuantTail kTails[] = {
+constexpr ScaleFormat kTails[] = {
     {arfPatternResidualRmsNormFp8PerTensor, arfScaleRowMajor, arfScaleFp32},
     {arfPatternResidualRmsNormFp8PerToken, arfScaleRowMajor, arfScaleFp32},
     {arfPatternResidualRmsNormFp8PerGroup, arfScaleMnMajor, arfScaleUe8m0Packed},
@@ -108,9 +102,6 @@ constexpr QuantTail kTails[] = {
 };
 constexpr int64_t kQuantTokens[] = {1, 7, 33, 128, 255, 1023, 2048};
 constexpr int64_t kQuantHidden[] = {2048, 4096, 7168};
-constexpr arfAlgorithm_t kFused[] = {arfAlgoOneshotLamport, arfAlgoOneshotPull, arfAlgoTwoshot};
-constexpr arfFallbackLevel_t kLevels[] = {arfFallbackOneKernel, arfFallbackTwoKernels,
-                                          arfFallbackThreeKernels};
 
 class SandwichQuant : public ::testing::TestWithParam<Param> {};
 
@@ -121,7 +112,7 @@ TEST_P(SandwichQuant, EveryLevelEqualsTheUnfusedFormBitwise) {
   std::vector<QuantCallSpec> specs;
   size_t groups = 0;
   int k = world_size;
-  for (const QuantTail& tail : kTails) {
+  for (const ScaleFormat& tail : kTails) {
     for (int g = 0; g < 2; ++g, ++k) {
       QuantCallSpec base;
       base.pattern = tail.pattern;
@@ -131,15 +122,10 @@ TEST_P(SandwichQuant, EveryLevelEqualsTheUnfusedFormBitwise) {
       base.num_tokens = kQuantTokens[k % 7];
       base.hidden = kQuantHidden[k % 3];
       base.data_index = groups++;
-      for (bool side_output : {true, false}) {
-        for (arfFallbackLevel_t level : kLevels) {
-          QuantCallSpec s = base;
-          s.algorithm = kFused[k % 3];
-          s.fallback = level;
-          s.norm_side_output = side_output;
-          s.alias = side_output && level == arfFallbackOneKernel ? kResidualInPlace : kNoAlias;
-          specs.push_back(s);
-        }
+      for (QuantCallSpec s : level_variants(base, kFusedAlgorithms[k % 3])) {
+        s.alias = s.norm_side_output && s.fallback == arfFallbackOneKernel ? kResidualInPlace
+                                                                           : kNoAlias;
+        specs.push_back(s);
       }
       QuantCallSpec engine = base;  // as engines ask: auto, or algorithm unfused
       engine.algorithm = k % 2 ? arfAlgoUnfused : arfAlgoAuto;
