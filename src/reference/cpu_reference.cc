@@ -314,28 +314,89 @@ uint16_t dtype_floor(double d, DType dtype) {
   return static_cast<double>(to_float(b, dtype)) > d ? next_down16(b) : b;
 }
 
-// What residual_out element i of a sandwich call may be: [lo, hi] by value (NaN bounds: a NaN).
-struct SandwichResidualRange {
-  double lo;
-  double hi;
+// Value order of the non-NaN 16-bit values of either dtype (both are sign-magnitude) as an
+// integer: -Inf lowest, -0 just below +0, +Inf highest.
+uint32_t order_key(uint16_t b) { return (b & 0x8000u) ? 0x7FFFu - (b & 0x7FFFu) : 0x8000u + b; }
+uint16_t from_order_key(uint32_t k) {
+  return k >= 0x8000u ? static_cast<uint16_t>(k - 0x8000u) : static_cast<uint16_t>(0x8000u | (0x7FFFu - k));
+}
+uint16_t dtype_infinity(bool negative, DType dtype) {
+  const uint16_t inf = dtype == DType::kFp16 ? 0x7C00u : 0x7F80u;
+  return static_cast<uint16_t>(negative ? (0x8000u | inf) : inf);
+}
+bool is_nan_bits(uint16_t b, DType dtype) { return std::isnan(to_float(b, dtype)); }
+
+// The h the norm rule accepts for one exact post-norm value, as norm_within_tolerance decides it
+// for norm_out: any NaN for a NaN, the infinity itself for an infinity, else the dtype values within
+// the tolerance of it, which are consecutive in value order (both zeros or neither): the order keys
+// lo..hi (none when lo > hi, as beyond the largest finite value).
+struct AcceptedH {
+  bool nan;
+  uint32_t lo, hi;
 };
-SandwichResidualRange sandwich_residual_range(const FusedInputs& in, const FusedOutputs& ref,
-                                              int64_t i) {
-  const double exact = ref.post_norm_exact[static_cast<size_t>(i)];
-  double h_lo = exact, h_hi = exact;  // an infinite or NaN h must be met exactly
-  if (std::isfinite(exact)) {
-    double alt = ref.post_norm_alt.empty() ? exact : ref.post_norm_alt[static_cast<size_t>(i)];
-    if (!std::isfinite(alt)) alt = exact;
-    const double lo = std::min(exact - norm_tolerance(exact, in.dtype), alt - norm_tolerance(alt, in.dtype));
-    const double hi = std::max(exact + norm_tolerance(exact, in.dtype), alt + norm_tolerance(alt, in.dtype));
-    h_lo = to_float(dtype_ceil(lo, in.dtype), in.dtype);
-    h_hi = to_float(dtype_floor(hi, in.dtype), in.dtype);
+AcceptedH accepted_h(double exact, DType dtype) {
+  if (std::isnan(exact)) return {true, 1, 0};
+  if (std::isinf(exact)) {
+    const uint32_t k = order_key(dtype_infinity(exact < 0, dtype));
+    return {false, k, k};
   }
-  if (in.residual_in == nullptr) return {h_lo, h_hi};
-  // round(float(h) + r) is monotonic in h: the ends of the h interval give the ends here.
-  const float r = to_float(in.residual_in[i], in.dtype);
-  auto add = [&](double h) { return static_cast<double>(to_float(from_float(static_cast<float>(h) + r, in.dtype), in.dtype)); };
-  return {add(h_lo), add(h_hi)};
+  const double tol = norm_tolerance(exact, dtype);
+  const uint32_t lowest = order_key(dtype_infinity(true, dtype));
+  const uint32_t highest = order_key(dtype_infinity(false, dtype));
+  // The ends up to the double rounding of exact -+ tol; norm_within_tolerance itself then settles
+  // them (a step at most), so the run is exactly the values the norm rule accepts.
+  uint32_t lo = order_key(dtype_ceil(exact - tol, dtype));
+  uint32_t hi = order_key(dtype_floor(exact + tol, dtype));
+  const auto ok = [&](uint32_t k) { return norm_within_tolerance(from_order_key(k), exact, dtype); };
+  while (lo > lowest && ok(lo - 1)) --lo;
+  while (lo <= hi && !ok(lo)) ++lo;
+  while (hi < highest && ok(hi + 1)) ++hi;
+  while (hi >= lo && !ok(hi)) --hi;  // keys of finite values are > 0: no wrap
+  return {false, lo, hi};
+}
+
+// residual_out of a sandwich call for a given h: round(float(h) + float(residual_in[i])), or h
+// itself without residual_in.
+uint16_t sandwich_residual_of(uint16_t h, const FusedInputs& in, int64_t i) {
+  if (in.residual_in == nullptr) return h;
+  return from_float(to_float(h, in.dtype) + to_float(in.residual_in[i], in.dtype), in.dtype);
+}
+
+// Whether some h of `run` gives residual_out `got` (bitwise; a NaN matches any NaN). residual_out
+// is non-decreasing in h's order key (one fp32 add and one rounding, both monotonic; -0 + -0 = -0
+// and +0 + -0 = +0 keep the zeros in order too), so the smallest h whose residual_out is not below
+// got decides it. A binary search, not a walk: near zero the 1e-6 part of the tolerance spans tens
+// of thousands of bf16 values. Where h's spacing is coarser than residual_out's (a residual_in
+// that nearly cancels h), the residual_outs of neighbouring h are several values apart and the
+// values between them are rejected.
+bool reachable_from(const AcceptedH& run, uint16_t got, const FusedInputs& in, int64_t i) {
+  const DType dtype = in.dtype;
+  if (run.nan) return is_nan_bits(got, dtype);  // a NaN h gives a NaN whatever residual_in is
+  if (run.lo > run.hi) return false;
+  // A NaN from a non-NaN h: residual_in is NaN (every h gives NaN), or h is an infinity (a run of
+  // one) and residual_in the opposite infinity. Finite h and a non-NaN residual_in never give NaN.
+  if (is_nan_bits(sandwich_residual_of(from_order_key(run.lo), in, i), dtype)) return is_nan_bits(got, dtype);
+  if (is_nan_bits(got, dtype)) return false;
+  const uint32_t want = order_key(got);
+  uint32_t a = run.lo, b = run.hi + 1;  // the smallest key with residual_out >= got is in [a, b]
+  while (a < b) {
+    const uint32_t m = a + (b - a) / 2;
+    if (order_key(sandwich_residual_of(from_order_key(m), in, i)) >= want) {
+      b = m;
+    } else {
+      a = m + 1;
+    }
+  }
+  return a <= run.hi && sandwich_residual_of(from_order_key(a), in, i) == got;
+}
+
+std::string describe_run(const AcceptedH& run, DType dtype) {
+  if (run.nan) return "NaN";
+  if (run.lo > run.hi) return "none";
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "[%.9g, %.9g]", to_float(from_order_key(run.lo), dtype),
+                to_float(from_order_key(run.hi), dtype));
+  return buf;
 }
 }  // namespace
 
@@ -345,29 +406,39 @@ std::string first_sandwich_residual_mismatch(const FusedInputs& in, const FusedO
   if (static_cast<int64_t>(ref.post_norm_exact.size()) != count) {
     return "first_sandwich_residual_mismatch: the reference has no post-norm (post_gamma not set)";
   }
+  // The accepted h are those first_norm_mismatch accepts as a norm_out: within tolerance of the
+  // exact value or, rounding before the weight, of its alternative.
+  const bool has_alt = ref.post_norm_alt.size() == ref.post_norm_exact.size();
   int64_t first = -1, mismatches = 0;
-  SandwichResidualRange first_range{0, 0};
   for (int64_t i = 0; i < count; ++i) {
-    const SandwichResidualRange range = sandwich_residual_range(in, ref, i);
-    const double g = to_float(got[i], in.dtype);
-    const bool ok = std::isnan(range.lo) || std::isnan(range.hi) ? std::isnan(g)
-                                                                  : range.lo <= g && g <= range.hi;
-    if (ok) continue;
-    if (first < 0) {
-      first = i;
-      first_range = range;
-    }
+    const size_t e = static_cast<size_t>(i);
+    if (reachable_from(accepted_h(ref.post_norm_exact[e], in.dtype), got[i], in, i)) continue;
+    if (has_alt && reachable_from(accepted_h(ref.post_norm_alt[e], in.dtype), got[i], in, i)) continue;
+    if (first < 0) first = i;
     ++mismatches;
   }
   if (first < 0) return "";
-  char buf[320];
+  const size_t e = static_cast<size_t>(first);
+  const std::string h_run = describe_run(accepted_h(ref.post_norm_exact[e], in.dtype), in.dtype);
+  char buf[512];
   std::snprintf(buf, sizeof(buf),
                 "residual_out (sandwich): %" PRId64 " of %" PRId64 " outside the contract; first at row %" PRId64
-                " col %" PRId64 ": got 0x%04x (%.9g), allowed [%.9g, %.9g] (exact post-norm %.9g)",
+                " col %" PRId64 ": got 0x%04x (%.9g), from no accepted h: h in %s (exact post-norm %.9g)",
                 mismatches, count, first / in.hidden, first % in.hidden, got[first],
-                to_float(got[first], in.dtype), first_range.lo, first_range.hi,
-                ref.post_norm_exact[static_cast<size_t>(first)]);
-  return buf;
+                to_float(got[first], in.dtype), h_run.c_str(), ref.post_norm_exact[e]);
+  std::string msg = buf;
+  if (has_alt) {
+    const std::string alt_run = describe_run(accepted_h(ref.post_norm_alt[e], in.dtype), in.dtype);
+    std::snprintf(buf, sizeof(buf), " or %s (alternative %.9g)", alt_run.c_str(), ref.post_norm_alt[e]);
+    msg += buf;
+  }
+  if (in.residual_in != nullptr) {
+    std::snprintf(buf, sizeof(buf), ", residual_in %.9g", to_float(in.residual_in[first], in.dtype));
+    msg += buf;
+  }
+  std::snprintf(buf, sizeof(buf), "; the nearest h gives 0x%04x (%.9g)", ref.residual_out[e],
+                to_float(ref.residual_out[e], in.dtype));
+  return msg + buf;
 }
 
 std::string first_bitwise_mismatch(const uint16_t* got, const uint16_t* want, int64_t count,

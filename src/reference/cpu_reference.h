@@ -83,10 +83,12 @@ std::vector<double> norm_exact_of(const FusedInputs& in, const uint16_t* residua
 
 // Sandwich calls: residual_out element i is within the contract when it equals
 // round(float(h) + float(residual_in[i])) (h itself without residual_in) for some dtype value h
-// within norm tolerance (norm_within_tolerance) of the exact post-norm (ref.post_norm_exact or
-// ref.post_norm_alt). The fp32 add and the rounding are monotonic in h, so the allowed outputs
-// form an interval, checked by value (+0 and -0 alike; a NaN bound requires a NaN). "" when every
-// element passes, else the first failure and the count. `ref` is reference_fused(in).
+// that the norm rule accepts for the exact post-norm, as first_norm_mismatch accepts a norm_out:
+// norm_within_tolerance of ref.post_norm_exact or, with norm_rounding 1, of ref.post_norm_alt.
+// Bitwise, but any NaN matches any NaN. Exactly the reachable values: where h's spacing is coarser
+// than residual_out's (a residual_in that nearly cancels h), values between the residual_outs of
+// two neighbouring h are rejected. "" when every element passes, else the first failure and the
+// count. `ref` is reference_fused(in).
 std::string first_sandwich_residual_mismatch(const FusedInputs& in, const FusedOutputs& ref,
                                              const uint16_t* got);
 

@@ -2,12 +2,16 @@
 // residual_out = round(h + residual_in), norm_out = RMSNorm(residual_out) * gamma. Checked against
 // a hand-computed row, for its own consistency (each stage reads the previous stage's rounded
 // values, as the unfused graph does), and the contract check first_sandwich_residual_mismatch
-// against an fp32 emulation of the kernels' arithmetic (must pass) and against faults a kernel
-// could have (must each fail).
+// against an fp32 emulation of the kernels' arithmetic (must pass), against faults a kernel
+// could have (must each fail) and against the contract enumerated over every 16-bit h (exactly the
+// reachable residual_outs pass, with residuals that nearly cancel h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -202,6 +206,158 @@ TEST_P(SandwichReference, StagesReadTheRoundedValuesBeforeThem) {
   EXPECT_EQ(first_sandwich_residual_mismatch(d.in, out, out.residual_out.data()), "");
 }
 
+// Value order of the non-NaN 16-bit values of either dtype (sign-magnitude) as an integer: -Inf
+// lowest, -0 just below +0, +Inf highest.
+uint32_t order_key(uint16_t b) { return (b & 0x8000u) ? 0x7FFFu - (b & 0x7FFFu) : 0x8000u + b; }
+uint16_t from_order_key(uint32_t k) {
+  return k >= 0x8000u ? static_cast<uint16_t>(k - 0x8000u) : static_cast<uint16_t>(0x8000u | (0x7FFFu - k));
+}
+bool is_nan(uint16_t b, DType dtype) { return std::isnan(to_float(b, dtype)); }
+
+// The residual_out values the contract allows for element i, by brute force: every one of the
+// 2^16 bit patterns h that the norm rule accepts (norm_within_tolerance of the exact post-norm, or
+// rounding before the weight of its alternative, as first_norm_mismatch accepts norm_out) and
+// round(float(h) + float(residual_in[i])) for each (h itself without residual_in). NaN results
+// count as one: any NaN matches any NaN.
+struct Reachable {
+  std::set<uint16_t> bits;  // non-NaN results, bitwise
+  bool nan = false;
+};
+Reachable reachable_residuals(const FusedInputs& in, const FusedOutputs& ref, size_t i) {
+  Reachable out;
+  for (uint32_t b = 0; b < 0x10000u; ++b) {
+    const uint16_t h = static_cast<uint16_t>(b);
+    const bool accepted = norm_within_tolerance(h, ref.post_norm_exact[i], in.dtype) ||
+                          (!ref.post_norm_alt.empty() && norm_within_tolerance(h, ref.post_norm_alt[i], in.dtype));
+    if (!accepted) continue;
+    const uint16_t r = in.residual_in == nullptr
+                           ? h
+                           : from_float(to_float(h, in.dtype) + to_float(in.residual_in[i], in.dtype), in.dtype);
+    if (is_nan(r, in.dtype)) {
+      out.nan = true;
+    } else {
+      out.bits.insert(r);
+    }
+  }
+  return out;
+}
+
+// Hand-worked, round once, post_gamma 1: every sum is 1.0 (0.5 + 0.5 on two ranks), so the exact
+// post-norm is 1 / sqrt(1 + eps) = 1 - 5e-7. Its tolerance is one ulp at [0.5, 1) + 1e-6 (bf16
+// 2^-8, fp16 2^-11), so the accepted h are 1 - ulp and 1 (1 + 2 ulp and 1 - 2 ulp lie beyond it).
+// With residual_in -0.875, residual_out = 0.125 - ulp or 0.125, where the dtype's spacing is an
+// eighth of h's ulp (bf16 2^-11, fp16 2^-14): the 7 values strictly between them are on no path
+// from an accepted h, though they lie between the lowest and highest reachable residual_out.
+void check_hand_worked_cancellation(DType dtype) {
+  const double ulp = dtype == DType::kFp16 ? 0x1p-11 : 0x1p-8;
+  const double spacing = ulp / 8;
+  const int64_t hidden = 8;
+  std::vector<uint16_t> half(hidden, from_float(0.5f, dtype)), residual(hidden, from_float(-0.875f, dtype));
+  std::vector<uint16_t> post(hidden, from_float(1.0f, dtype)), gamma(hidden, from_float(1.0f, dtype));
+  FusedInputs in;
+  in.dtype = dtype;
+  in.num_tokens = 1;
+  in.hidden = hidden;
+  in.rank_inputs = {half.data(), half.data()};
+  in.residual_in = residual.data();
+  in.gamma_dtype = dtype;
+  in.gamma = gamma.data();
+  in.post_gamma = post.data();
+  const FusedOutputs ref = reference_fused(in);
+  ASSERT_GT(ref.post_norm_exact[0], 1.0 - 1e-6);
+  ASSERT_LT(ref.post_norm_exact[0], 1.0);
+  ASSERT_EQ(ref.residual_out[0], from_float(0.125f, dtype));
+  std::vector<uint16_t> got = ref.residual_out;
+  auto passes = [&](double v) {
+    got[0] = from_float(static_cast<float>(v), dtype);
+    EXPECT_EQ(to_float(got[0], dtype), v) << "not a dtype value";
+    return first_sandwich_residual_mismatch(in, ref, got.data()).empty();
+  };
+  EXPECT_TRUE(passes(0.125));
+  EXPECT_TRUE(passes(0.125 - ulp));
+  for (int k = 1; k < 8; ++k) EXPECT_FALSE(passes(0.125 - k * spacing)) << "0.125 - " << k << " spacings";
+  EXPECT_FALSE(passes(0.125 + 2 * spacing));  // the next value up: the spacing doubles at 0.125
+  EXPECT_FALSE(passes(0.125 - ulp - spacing));
+  // Without residual_in residual_out is h itself: the two accepted values and nothing else.
+  in.residual_in = nullptr;
+  const FusedOutputs alone = reference_fused(in);
+  got = alone.residual_out;
+  auto passes_alone = [&](double v) {
+    got[0] = from_float(static_cast<float>(v), dtype);
+    return first_sandwich_residual_mismatch(in, alone, got.data()).empty();
+  };
+  EXPECT_TRUE(passes_alone(1.0));
+  EXPECT_TRUE(passes_alone(1.0 - ulp));
+  EXPECT_FALSE(passes_alone(1.0 - 2 * ulp));
+  EXPECT_FALSE(passes_alone(1.0 + 2 * ulp));
+}
+
+TEST(SandwichResidualCheck, CancellationAdmitsOnlyReachableValuesBf16) {
+  check_hand_worked_cancellation(DType::kBf16);
+}
+TEST(SandwichResidualCheck, CancellationAdmitsOnlyReachableValuesFp16) {
+  check_hand_worked_cancellation(DType::kFp16);
+}
+
+// The check against the contract enumerated (reachable_residuals) element by element, with
+// residuals that nearly cancel h (residual_out an eighth to a 64th of h, or h's exact negative),
+// Inf in one row's sum (NaN and zero post-norms), and a NaN and an infinite residual_in: every
+// reachable residual_out passes and every other value from just below the lowest reachable one to
+// just above the highest fails, as do NaN and both infinities where unreachable.
+TEST_P(SandwichReference, ContractCheckAcceptsExactlyTheReachableValues) {
+  const Case c = GetParam();
+  Data d(c, 2, 4, 8, 29);
+  const DType dt = c.dtype;
+  const int64_t count = d.in.num_tokens * d.in.hidden;
+  const FusedOutputs first = reference_fused(d.in);
+  for (int64_t i = 0; i < count; ++i) {
+    const float h = to_float(first.post_norm[static_cast<size_t>(i)], dt);
+    const int shift = static_cast<int>(i % 8);
+    const float cancel = shift == 7 ? 1.0f : 1.0f - std::ldexp(1.0f, -(shift % 4) - 3);
+    d.residual[static_cast<size_t>(i)] = from_float(-h * cancel, dt);
+  }
+  d.ranks[0][3 * 8 + 2] = from_float(std::numeric_limits<float>::infinity(), dt);  // row 3: sum Inf
+  d.residual[5] = from_float(std::numeric_limits<float>::quiet_NaN(), dt);
+  d.residual[6] = from_float(-std::numeric_limits<float>::infinity(), dt);
+  const FusedOutputs ref = reference_fused(d.in);
+  ASSERT_TRUE(std::isnan(ref.post_norm_exact[3 * 8 + 2]));
+  const uint16_t nan_bits = from_float(std::numeric_limits<float>::quiet_NaN(), dt);
+  const uint16_t pos_inf = from_float(std::numeric_limits<float>::infinity(), dt);
+  const uint16_t neg_inf = from_float(-std::numeric_limits<float>::infinity(), dt);
+  std::vector<uint16_t> got = ref.residual_out;
+  int64_t unreachable_inside = 0;  // values between two reachable ones that are not reachable
+  for (int64_t i = 0; i < count; ++i) {
+    const size_t e = static_cast<size_t>(i);
+    const Reachable want = reachable_residuals(d.in, ref, e);
+    ASSERT_TRUE(want.nan || !want.bits.empty()) << "element " << i;
+    auto passes = [&](uint16_t v) {
+      got[e] = v;
+      const bool ok = first_sandwich_residual_mismatch(d.in, ref, got.data()).empty();
+      got[e] = ref.residual_out[e];
+      return ok;
+    };
+    EXPECT_EQ(passes(nan_bits), want.nan) << "element " << i;
+    EXPECT_EQ(passes(pos_inf), want.bits.count(pos_inf) != 0) << "element " << i;
+    EXPECT_EQ(passes(neg_inf), want.bits.count(neg_inf) != 0) << "element " << i;
+    if (want.bits.empty()) continue;
+    uint32_t lo = order_key(*want.bits.begin()), hi = lo;
+    for (uint16_t b : want.bits) lo = std::min(lo, order_key(b)), hi = std::max(hi, order_key(b));
+    const uint32_t from = std::max(lo, order_key(neg_inf) + 3) - 3;
+    const uint32_t to = std::min(hi + 3, order_key(pos_inf));
+    for (uint32_t k = from; k <= to; ++k) {
+      const uint16_t v = from_order_key(k);
+      const bool reachable = want.bits.count(v) != 0;
+      if (!reachable && k > lo && k < hi) ++unreachable_inside;
+      ASSERT_EQ(passes(v), reachable) << "element " << i << " got 0x" << std::hex << v << " ("
+                                      << to_float(v, dt) << ")" << std::dec << " exact post-norm "
+                                      << ref.post_norm_exact[e];
+    }
+  }
+  // The near-cancelling residuals put unreachable values between reachable ones: the case an
+  // interval of residual_out would wrongly admit is exercised.
+  if (c.residual) EXPECT_GT(unreachable_inside, 0);
+}
+
 // The kernels' fp32 arithmetic is within the contract on many rows; each fault is caught.
 TEST_P(SandwichReference, ContractCheckPassesKernelArithmeticAndCatchesFaults) {
   for (int64_t hidden : {8, 136, 2048}) {
@@ -249,10 +405,10 @@ TEST(SandwichReferenceOff, WithoutPostGammaNothingChanges) {
   EXPECT_NE(first_sandwich_residual_mismatch(d.in, out, out.residual_out.data()), "");
 }
 
-// The interval's ends are met exactly: the lowest and highest allowed value pass, one step past
+// The run's ends are met exactly: the lowest and highest allowed value pass, one step past
 // either fails.
 TEST(SandwichResidualCheck, IntervalEndsAreTight) {
-  const Case c{DType::kBf16, 0, false, false, false};  // without a residual: the interval of h
+  const Case c{DType::kBf16, 0, false, false, false};  // without a residual: the run of accepted h
   const Data d(c, 2, 1, 8, 5);
   const FusedOutputs ref = reference_fused(d.in);
   std::vector<uint16_t> got = ref.residual_out;
